@@ -1,0 +1,39 @@
+"""litegate: one SQLite file, many threads and processes, no "database is locked".
+
+Writes go through a fair write gate (in-process FIFO, then a cross-process
+lock the kernel releases if its holder dies, then ``BEGIN IMMEDIATE``); reads
+through a fair pool of read-only connections. See the README for the
+guarantees.
+"""
+
+from ._busy import STRATEGIES as BUSY_STRATEGIES
+from ._database import Database, WriteResult, connect
+from ._errors import (
+    Closed,
+    ConfigError,
+    Error,
+    NestedWriteError,
+    OpenError,
+    PoolTimeout,
+    ReadOnlyError,
+    WriteTimeout,
+)
+from ._profiles import PROFILES
+
+__all__ = [
+    "BUSY_STRATEGIES",
+    "PROFILES",
+    "Closed",
+    "ConfigError",
+    "Database",
+    "Error",
+    "NestedWriteError",
+    "OpenError",
+    "PoolTimeout",
+    "ReadOnlyError",
+    "WriteResult",
+    "WriteTimeout",
+    "connect",
+]
+
+__version__ = "0.1.0"

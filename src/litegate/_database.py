@@ -1,0 +1,617 @@
+"""``litegate.connect()`` and the :class:`Database` it returns."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from . import _profiles
+from ._busy import BusyStrategy, get_strategy, is_busy, retry_busy
+from ._errors import (
+    Closed,
+    ConfigError,
+    NestedWriteError,
+    OpenError,
+    PoolTimeout,
+    ReadOnlyError,
+    WriteTimeout,
+)
+from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
+from ._filelock import ProcessLock
+from ._profiles import PragmaValue
+from ._stats import WaitHistogram
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+_SQLITE_READONLY = 8
+_SQLITE_NOTADB = 26
+
+
+class WriteResult(NamedTuple):
+    """What ``db.execute()`` / ``db.executemany()`` return, after COMMIT."""
+
+    rowcount: int
+    lastrowid: int | None
+    rows: list[Any]  # rows of a ``RETURNING`` clause, else []
+
+
+# Connections inherited through fork() must never be closed by the child (the
+# parent still uses them; closing runs SQLite's WAL clean-up on shared files),
+# and must not be garbage-collected either, which would close them. They are
+# parked here for the life of the child.
+_FORK_ORPHANS: list[object] = []
+_LIVE: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for db in list(_LIVE):
+        db._forget_parent_state()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _positive(name: str, value: object, *, integer: bool = False) -> Any:
+    ok_type = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        kind = "a whole number" if integer else "a number of seconds"
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
+    if not value > 0 or (isinstance(value, float) and math.isnan(value)):
+        raise ConfigError(f"{name} must be greater than zero, got {value!r}")
+    return value
+
+
+def _errcode(exc: BaseException) -> int:
+    return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+
+
+class _ProcessState:
+    """Everything a Database owns in one process: rebuilt from scratch in a
+    forked child, never shared with the parent."""
+
+    def __init__(self, db: Database) -> None:
+        self.gate_wait = WaitHistogram()  # request -> BEGIN IMMEDIATE done
+        self.gate = FairLock(fair=db.fair)  # in-process FIFO in front of the process lock
+        self.plock = ProcessLock(db.path + "-litegate")
+        self.pool: HandoffQueue[sqlite3.Connection] = HandoffQueue(
+            db._readers, db._open_reader, fair=db.fair
+        )
+        self.writer: sqlite3.Connection | None = None
+        self.writer_owner: int | None = None  # thread ident holding the gate
+        self.connections: list[sqlite3.Connection] = []  # every connection we opened
+        self.writer_pragmas: dict[str, object] = {}
+        self.reader_pragmas: dict[str, object] | None = None
+        self.busy_retries = 0
+        self.committed = 0
+        self.rolled_back = 0
+        self.statements = 0
+
+
+class Database:
+    """One SQLite file shared fairly by the threads of this process and by
+    every other process that opens it with litegate. Create with
+    :func:`litegate.connect`."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        readers: int,
+        profile: str,
+        timeout: float,
+        pragmas: dict[str, PragmaValue],
+        busy: tuple[str, BusyStrategy],
+        fair: bool = True,
+    ) -> None:
+        self.path = path
+        self.fair = fair
+        self.profile = profile
+        self.timeout = timeout
+        self._readers = readers
+        self._pragmas = pragmas
+        self._busy_name, self._busy = busy
+        self._closed = False
+        self._pid = os.getpid()
+        self._state_lock = threading.Lock()
+        self._state: _ProcessState | None = None
+        _LIVE.add(self)
+        try:
+            self._process_state()  # opens the writer now: bad paths fail here
+        except BaseException:
+            self._closed = True
+            self._teardown()
+            raise
+
+    # -- per-process state -------------------------------------------------
+    def _process_state(self) -> _ProcessState:
+        if self._closed:
+            raise Closed(f"database {self.path!r} is closed; call litegate.connect() again")
+        if self._pid != os.getpid():  # forked without os.register_at_fork running
+            self._forget_parent_state()
+        state = self._state
+        if state is not None:
+            return state
+        with self._state_lock:
+            if self._state is None:
+                state = _ProcessState(self)
+                self._state = state
+                state.writer = self._open_writer(state)
+            return self._state
+
+    def _forget_parent_state(self) -> None:
+        state, self._state = self._state, None
+        self._pid = os.getpid()
+        self._state_lock = threading.Lock()  # the parent's may be held forever
+        if state is not None:
+            _FORK_ORPHANS.extend(state.connections)
+            state.plock.forget_after_fork()
+
+    # -- opening connections ---------------------------------------------
+    def _open_writer(self, state: _ProcessState) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.timeout if math.isfinite(self.timeout) else 3600.0,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
+        try:
+            # The profile's busy_timeout applies while setting up (several
+            # processes may switch a new file to WAL at once); afterwards the
+            # writer never sleeps inside SQLite: the gate orders litegate's
+            # writers and the busy strategy handles foreign ones.
+            state.writer_pragmas = _profiles.apply(conn, self._pragmas, writer=True)
+            conn.execute("PRAGMA busy_timeout = 0")
+            state.writer_pragmas["busy_timeout"] = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            wanted = str(self._pragmas.get("journal_mode", "")).lower()
+            got = str(state.writer_pragmas.get("journal_mode", "")).lower()
+            if wanted and got != wanted:
+                raise OpenError(
+                    f"could not switch {self.path!r} to journal_mode={wanted} (it is {got!r}); "
+                    "is the file or its directory read-only?"
+                )
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._open_error(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        state.connections.append(conn)
+        return conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        state = self._state
+        assert state is not None
+        uri = "file:" + quote(self.path, safe="/") + "?mode=ro"
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, cached_statements=256
+        )
+        try:
+            in_force = _profiles.apply(conn, {**self._pragmas, "query_only": 1}, writer=False)
+        except BaseException:
+            conn.close()
+            raise
+        if state.reader_pragmas is None:
+            state.reader_pragmas = in_force
+        state.connections.append(conn)
+        return conn
+
+    def _open_error(self, exc: sqlite3.Error) -> OpenError:
+        code = _errcode(exc)
+        if code == _SQLITE_NOTADB:
+            return OpenError(
+                f"{self.path!r} is not a SQLite database ({exc}); point litegate at a SQLite "
+                "file or at a path where it may create a new one"
+            )
+        if code == _SQLITE_READONLY:
+            return OpenError(
+                f"{self.path!r} is read-only for this process ({exc}); litegate needs write "
+                "access to the file and to its -wal, -shm and -litegate companions"
+            )
+        return OpenError(f"cannot open {self.path!r}: {exc}")
+
+    # -- writing ----------------------------------------------------------
+    def write(self, timeout: float | None = None) -> _WriteBlock:
+        """``with db.write() as conn:`` the write connection inside
+        ``BEGIN IMMEDIATE``, after a fair wait for the write gate. COMMIT on
+        exit, ROLLBACK on an exception. Raises :class:`WriteTimeout`."""
+        return _WriteBlock(self, timeout)
+
+    def _begin(self, timeout: float | None) -> tuple[_ProcessState, sqlite3.Connection]:
+        state = self._process_state()
+        me = threading.get_ident()
+        if state.writer_owner == me:
+            raise NestedWriteError(
+                "this thread already holds the write gate (an enclosing db.write()); waiting "
+                "would wait for itself. Run the statement on the connection the enclosing "
+                "db.write() gave you"
+            )
+        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        start = time.monotonic()
+        deadline = start + limit
+        wait = None if math.isinf(limit) else limit
+        try:
+            got = state.gate.acquire(wait)
+        except QueueClosed:
+            raise Closed(f"database {self.path!r} was closed while waiting to write") from None
+        if not got:
+            state.gate_wait.record_timeout()
+            raise WriteTimeout(
+                f"no write gate within {limit:g} s: {state.gate.waiting} more writers of this "
+                "process are queued; raise timeout= or make write transactions shorter"
+            )
+        try:
+            if not state.plock.acquire(None if wait is None else deadline - time.monotonic()):
+                raise WriteTimeout(
+                    f"no write gate within {limit:g} s: another process holds it; raise "
+                    "timeout= or make write transactions shorter"
+                )
+            try:
+                conn = state.writer
+                if conn is None:
+                    raise Closed(f"database {self.path!r} is closed")
+                self._begin_immediate(state, conn, deadline, limit)
+            except BaseException:
+                state.plock.release()
+                raise
+        except BaseException:
+            state.gate_wait.record_timeout()
+            state.gate.release()
+            raise
+        state.gate_wait.record(time.monotonic() - start)
+        state.writer_owner = me
+        return state, conn
+
+    def _begin_immediate(
+        self, state: _ProcessState, conn: sqlite3.Connection, deadline: float, limit: float
+    ) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+
+        # A writer that does not use litegate holds SQLite's lock: poll it with
+        # the busy strategy. Only the gate holder polls, so at most one
+        # process per database does.
+        def count_retry() -> None:
+            state.busy_retries += 1
+
+        state.busy_retries += 1
+        try:
+            retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy, deadline, count_retry)
+        except TimeoutError:
+            raise WriteTimeout(
+                f"SQLite's write lock stayed taken for {limit:g} s by a writer outside litegate "
+                f"(busy strategy {self._busy_name!r}); find that writer or raise timeout="
+            ) from None
+
+    def _end(self, state: _ProcessState, conn: sqlite3.Connection, commit: bool) -> None:
+        try:
+            if conn.in_transaction:
+                if commit:
+                    try:
+                        conn.execute("COMMIT")
+                        state.committed += 1
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        state.rolled_back += 1
+                        raise
+                else:
+                    conn.execute("ROLLBACK")
+                    state.rolled_back += 1
+        finally:
+            state.writer_owner = None
+            state.plock.release()
+            state.gate.release()
+
+    def execute(
+        self, sql: str, params: Params = (), *, timeout: float | None = None
+    ) -> WriteResult:
+        """Run one write statement in its own IMMEDIATE transaction; returns
+        once COMMIT is done. SQL errors go to this caller only."""
+        return self._submit(sql, params, False, timeout)
+
+    def executemany(
+        self, sql: str, seq: Iterable[Params], *, timeout: float | None = None
+    ) -> WriteResult:
+        """``execute`` for every parameter set in ``seq``, in one transaction."""
+        return self._submit(sql, seq, True, timeout)
+
+    def _submit(self, sql: str, params: Any, many: bool, timeout: float | None) -> WriteResult:
+        # The seam for group commit: today one IMMEDIATE transaction per call;
+        # a batcher will combine concurrent calls here, each in a SAVEPOINT.
+        state = self._process_state()
+        if state.writer_owner == threading.get_ident():
+            raise NestedWriteError(
+                "db.execute() inside db.write() in the same thread would wait for itself; "
+                "use conn.execute() on the connection db.write() gave you"
+            )
+        state, conn = self._begin(timeout)
+        ok = False
+        try:
+            cur = conn.executemany(sql, params) if many else conn.execute(sql, params)
+            rows = cur.fetchall()
+            result = WriteResult(cur.rowcount, cur.lastrowid, rows)
+            state.statements += 1
+            ok = True
+        finally:
+            self._end(state, conn, ok)
+        return result
+
+    # -- reading ----------------------------------------------------------
+    def read(self, timeout: float | None = None) -> _ReadBlock:
+        """``with db.read() as conn:`` a read-only connection from the pool,
+        inside one read transaction (one consistent snapshot for the block).
+        Raises :class:`PoolTimeout`; a write through it raises
+        :class:`ReadOnlyError` and changes nothing."""
+        return _ReadBlock(self, timeout)
+
+    def _checkout(self, timeout: float | None) -> tuple[_ProcessState, sqlite3.Connection]:
+        state = self._process_state()
+        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        try:
+            conn = state.pool.get(None if math.isinf(limit) else limit)
+        except QueueTimeout:
+            raise PoolTimeout(
+                f"no read connection free within {limit:g} s ({self._readers} connections, "
+                f"{state.pool.waiting} callers waiting); raise readers= or timeout=, or hold "
+                "read connections for less time"
+            ) from None
+        except QueueClosed:
+            raise Closed(f"database {self.path!r} was closed while waiting to read") from None
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
+        return state, conn
+
+    def _checkin(self, state: _ProcessState, conn: sqlite3.Connection) -> None:
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            state.pool.discard(conn)
+            self._close_conn(state, conn)
+            return
+        state.pool.put(conn)
+
+    def query(self, sql: str, params: Params = (), *, timeout: float | None = None) -> list[Any]:
+        """Run one read statement on a pooled read-only connection; return all rows."""
+        state, conn = self._checkout(timeout)
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if _errcode(exc) == _SQLITE_READONLY:
+                raise _read_only(exc) from exc
+            raise
+        finally:
+            self._checkin(state, conn)
+
+    # -- introspection ------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Waits, retries, connections, PRAGMAs in force and WAL size."""
+        state = self._process_state()
+        try:
+            wal = os.path.getsize(self.path + "-wal")
+        except OSError:
+            wal = 0
+        pool = state.pool
+        return {
+            "path": self.path,
+            "pid": os.getpid(),
+            "profile": self.profile,
+            "timeout_s": self.timeout,
+            "busy_strategy": self._busy_name,
+            "pragmas": {"writer": dict(state.writer_pragmas), "readers": state.reader_pragmas},
+            "gate": {
+                **state.gate_wait.summary(),
+                "held": state.gate.locked,
+                "waiting": state.gate.waiting,
+                "cross_process_waits": state.plock.contended,
+            },
+            "pool": {
+                **pool.histogram.summary(),
+                "size": pool.capacity,
+                "open": pool.created,
+                "in_use": pool.in_use,
+                "waiting": pool.waiting,
+            },
+            "busy_retries": state.busy_retries,
+            "writes": {
+                "committed": state.committed,
+                "rolled_back": state.rolled_back,
+                "statements": state.statements,
+            },
+            "connections": {"writer": int(state.writer is not None), "readers": pool.created},
+            "wal_bytes": wal,
+        }
+
+    def __repr__(self) -> str:
+        state = self._state
+        if self._closed or state is None:
+            return f"<litegate.Database {self.path!r} {'closed' if self._closed else 'idle'}>"
+        return (
+            f"<litegate.Database {self.path!r} gate={'held' if state.gate.locked else 'free'} "
+            f"writers_waiting={state.gate.waiting} readers={state.pool.in_use}/"
+            f"{state.pool.capacity} readers_waiting={state.pool.waiting}>"
+        )
+
+    # -- closing ----------------------------------------------------------
+    def close(self) -> None:
+        """Close every connection. Callers waiting in a queue get
+        :class:`Closed`; a transaction in progress finishes first and its
+        connection closes when it is handed back. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._teardown()
+
+    def _teardown(self) -> None:
+        _LIVE.discard(self)
+        state = self._state
+        if state is None or self._pid != os.getpid():
+            return
+        state.pool.close(on_idle=lambda conn: self._close_conn(state, conn))
+        state.gate.close(lambda _token: self._close_writer(state))
+
+    def _close_writer(self, state: _ProcessState) -> None:
+        if state.writer is not None:
+            self._close_conn(state, state.writer)
+            state.writer = None
+        state.plock.close()
+
+    @staticmethod
+    def _close_conn(state: _ProcessState, conn: sqlite3.Connection) -> None:
+        try:
+            conn.close()
+        finally:
+            if conn in state.connections:
+                state.connections.remove(conn)
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_only(exc: sqlite3.Error) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"a read connection cannot write ({exc}); nothing was changed. Send writes through "
+        "db.execute() or db.write()"
+    )
+
+
+class _WriteBlock:
+    __slots__ = ("_conn", "_db", "_state", "_timeout")
+
+    def __init__(self, db: Database, timeout: float | None) -> None:
+        self._db = db
+        self._timeout = timeout
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._state, self._conn = self._db._begin(self._timeout)
+        return self._conn
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._db._end(self._state, self._conn, commit=et is None)
+
+
+class _ReadBlock:
+    __slots__ = ("_conn", "_db", "_state", "_timeout")
+
+    def __init__(self, db: Database, timeout: float | None) -> None:
+        self._db = db
+        self._timeout = timeout
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._state, self._conn = self._db._checkout(self._timeout)
+        try:
+            self._conn.execute("BEGIN")
+        except BaseException:
+            self._db._checkin(self._state, self._conn)
+            raise
+        return self._conn
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._db._checkin(self._state, self._conn)
+        if isinstance(ev, sqlite3.OperationalError) and _errcode(ev) == _SQLITE_READONLY:
+            raise _read_only(ev) from ev
+
+
+def _check_path(path: str) -> None:
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise OpenError(
+            f"directory {directory!r} does not exist; create it first (litegate creates the "
+            "database file, not the folders above it)"
+        )
+    if os.path.isdir(path):
+        raise OpenError(
+            f"{path!r} is a directory; pass the path of a database file, "
+            f"e.g. {os.path.join(path, 'app.db')!r}"
+        )
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        raise OpenError(
+            f"{path!r} is read-only for this process; litegate writes to it. Make it writable "
+            "(chmod u+w) or work on a copy"
+        )
+    companions = [path + s for s in ("", "-wal", "-shm", "-litegate")]
+    missing = [os.path.basename(p) for p in companions if not os.path.exists(p)]
+    if missing and not os.access(directory, os.W_OK | os.X_OK):
+        raise OpenError(
+            f"directory {directory!r} is read-only for this process, but WAL mode must create "
+            f"{', '.join(missing)} there; make the directory writable or move the database"
+        )
+    for p in companions[1:]:
+        if os.path.exists(p) and not os.access(p, os.R_OK | os.W_OK):
+            raise OpenError(f"{p!r} is read-only for this process; litegate needs to write it")
+
+
+def connect(
+    path: str | os.PathLike[str],
+    *,
+    readers: int = 4,
+    profile: str = "default",
+    timeout: float | None = None,
+    pragmas: Mapping[str, PragmaValue | None] | None = None,
+    busy: str | BusyStrategy = "constant",
+    fair: bool = True,
+) -> Database:
+    """Open (or create) the SQLite file at ``path`` for fair concurrent use.
+
+    - ``readers``: size of the read-only connection pool (opened lazily).
+    - ``profile``: ``"default"``, ``"conservative"``, ``"balanced"`` or
+      ``"aggressive"`` (see the README's profiles table).
+    - ``timeout``: seconds a caller may wait for the write gate or a read
+      connection; default: the profile's ``busy_timeout``.
+    - ``pragmas``: PRAGMAs that override the profile's (None removes one).
+    - ``busy``: strategy against writers that bypass litegate, by name
+      (``constant``, ``backoff``, ``jitter``, ``ceiling``, ``reversed``,
+      ``sqlite-default``) or a function of the retry count returning seconds.
+    - ``fair``: leave True. False lets newcomers barge past waiting threads
+      (seed 001's "unfair" queue); it exists so the lab can measure what
+      fairness buys.
+    """
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        raise ConfigError(f"path must be a str or os.PathLike[str], got {type(raw).__name__}")
+    if raw in ("", ":memory:") or raw.startswith("file:"):
+        raise ConfigError(
+            f"litegate needs a database file shared by connections, not {raw!r}; pass a "
+            "filesystem path (a temporary file works for tests)"
+        )
+    readers = _positive("readers", readers, integer=True)
+    resolved = _profiles.resolve(profile, pragmas)
+    busy_fn = get_strategy(busy)
+    if timeout is None:
+        timeout = int(resolved.get("busy_timeout", 5000)) / 1000.0
+    timeout = float(_positive("timeout", timeout))
+    full = os.path.abspath(raw)
+    _check_path(full)
+    return Database(
+        full,
+        readers=readers,
+        profile=profile,
+        timeout=timeout,
+        pragmas=resolved,
+        busy=busy_fn,
+        fair=bool(fair),
+    )

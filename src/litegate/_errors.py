@@ -1,0 +1,56 @@
+"""The exceptions litegate raises. All derive from :class:`Error`."""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+class Error(Exception):
+    """Base class of every error litegate raises itself.
+
+    SQL errors (a syntax error, a constraint violation) are not wrapped: the
+    caller that caused them gets sqlite3's own exception, and nobody else does.
+    """
+
+
+class ConfigError(Error, ValueError):
+    """A bad argument to :func:`litegate.connect` or a call: unknown profile,
+    unknown busy strategy, a size or timeout that is not positive, a PRAGMA
+    SQLite does not know."""
+
+
+class OpenError(Error):
+    """The database cannot be opened the way litegate needs it (missing
+    directory, a directory instead of a file, not a SQLite file, no write
+    access to the file or to the files WAL mode has to create)."""
+
+
+class Closed(Error):
+    """The :class:`~litegate.Database` was closed (possibly while the caller
+    was waiting in a queue)."""
+
+
+class PoolTimeout(Error, TimeoutError):
+    """No read connection became free before the timeout."""
+
+
+class WriteTimeout(Error, TimeoutError):
+    """The write gate (or SQLite's own write lock, held by a writer that does
+    not use litegate) was not obtained before the timeout."""
+
+
+class ReadOnlyError(Error, sqlite3.OperationalError):
+    """A statement that writes was sent through a read path (``db.query()`` or
+    a connection from ``db.read()``). Nothing was changed.
+
+    Also an ``sqlite3.OperationalError``, so code that already catches that
+    keeps working.
+    """
+
+
+class NestedWriteError(Error, RuntimeError):
+    """A thread asked for the write gate while it already holds it.
+
+    Waiting would wait for itself forever, so litegate refuses at once. Run the
+    inner statements on the connection the outer ``db.write()`` gave you.
+    """
