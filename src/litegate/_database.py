@@ -43,10 +43,16 @@ class WriteResult(NamedTuple):
     rows: list[Any]  # rows of a ``RETURNING`` clause, else []
 
 
-# Connections inherited through fork() must never be closed by the child (the
-# parent still uses them; closing runs SQLite's WAL clean-up on shared files),
-# and must not be garbage-collected either, which would close them. They are
-# parked here for the life of the child.
+# After fork() the child gets copies of the parent's connections. It must not
+# use them, and it must drop them: SQLite keeps per-file lock bookkeeping in
+# process memory, and live copies would make the child's own new connections
+# believe they hold locks the kernel never gave them. Closing a copy in the
+# child is safe (POSIX locks are not inherited, so unlocking touches none of
+# the parent's; the WAL clean-up on close needs an exclusive lock the parent's
+# shared lock denies). That holds for connections that were idle and for those
+# of the thread that called fork(), which cannot be inside SQLite at that
+# moment. A copy that another thread was using may be mid-call with its mutex
+# held forever: closing it would hang, so it is parked here, never closed.
 _FORK_ORPHANS: list[object] = []
 _LIVE: weakref.WeakSet[Database] = weakref.WeakSet()
 
@@ -87,6 +93,7 @@ class _ProcessState:
         )
         self.writer: sqlite3.Connection | None = None
         self.writer_owner: int | None = None  # thread ident holding the gate
+        self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
         self.connections: list[sqlite3.Connection] = []  # every connection we opened
         self.writer_pragmas: dict[str, object] = {}
         self.reader_pragmas: dict[str, object] | None = None
@@ -151,9 +158,22 @@ class Database:
         state, self._state = self._state, None
         self._pid = os.getpid()
         self._state_lock = threading.Lock()  # the parent's may be held forever
-        if state is not None:
-            _FORK_ORPHANS.extend(state.connections)
-            state.plock.forget_after_fork()
+        if state is None:
+            return
+        state.plock.forget_after_fork()
+        me = threading.get_ident()  # the forking thread keeps its ident in the child
+        safe = {id(c) for c in state.pool.idle_snapshot()}
+        safe.update(c for c, owner in state.reader_owner.items() if owner == me)
+        if state.writer is not None and state.writer_owner in (None, me):
+            safe.add(id(state.writer))
+        for conn in state.connections:
+            if id(conn) in safe:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    _FORK_ORPHANS.append(conn)
+            else:
+                _FORK_ORPHANS.append(conn)
 
     # -- opening connections ---------------------------------------------
     def _open_writer(self, state: _ProcessState) -> sqlite3.Connection:
@@ -376,9 +396,11 @@ class Database:
             raise Closed(f"database {self.path!r} was closed while waiting to read") from None
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
+        state.reader_owner[id(conn)] = threading.get_ident()
         return state, conn
 
     def _checkin(self, state: _ProcessState, conn: sqlite3.Connection) -> None:
+        state.reader_owner.pop(id(conn), None)
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

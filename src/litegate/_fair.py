@@ -96,6 +96,11 @@ class HandoffQueue(Generic[T]):
     def fair(self) -> bool:
         return self._fair
 
+    def idle_snapshot(self) -> list[T]:
+        """The free resources, read without the mutex: only for a forked child,
+        where the thread that may have held the mutex no longer exists."""
+        return list(self._idle)
+
     def __repr__(self) -> str:
         return (
             f"<HandoffQueue in_use={self.in_use}/{self._capacity} "

@@ -1,0 +1,42 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import litegate
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "app.db")
+
+
+@pytest.fixture
+def db(db_path: str) -> Iterator[litegate.Database]:
+    database = litegate.connect(db_path, readers=2, timeout=10)
+    database.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    yield database
+    database.close()
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``cond`` until true; the test fails (not hangs) after ``timeout``.
+
+    Used only to sequence test threads (e.g. "thread 3 is now queued"), never
+    to assert on speed.
+    """
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.001)
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

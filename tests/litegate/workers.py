@@ -1,0 +1,113 @@
+"""Process entry points for the multi-process tests (importable under spawn)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from multiprocessing.synchronize import Event
+
+import litegate
+
+
+def counter_worker(path: str, threads: int, iters: int) -> int:
+    """ORM-style read-then-write transactions; returns how many failed."""
+    db = litegate.connect(path, timeout=60)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        for _ in range(iters):
+            try:
+                with db.write() as conn:
+                    (n,) = conn.execute("SELECT n FROM c WHERE id = 1").fetchone()
+                    conn.execute("UPDATE c SET n = ? WHERE id = 1", (n + 1,))
+                    conn.execute("INSERT INTO log(pid) VALUES (?)", (os.getpid(),))
+            except BaseException as exc:  # counted, and the test asserts zero
+                errors.append(exc)
+
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    db.close()
+    return len(errors)
+
+
+def transfer_worker(path: str, threads: int, iters: int, seed: int) -> int:
+    """Bank transfers between accounts; the sum of balances never changes."""
+    import random
+
+    db = litegate.connect(path, timeout=60)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        rnd = random.Random(seed * 1000 + k)
+        for _ in range(iters):
+            a, b = rnd.sample(range(10), 2)
+            amount = rnd.randint(1, 50)
+            try:
+                with db.write() as conn:
+                    (bal,) = conn.execute("SELECT bal FROM acct WHERE id = ?", (a,)).fetchone()
+                    if bal < amount:
+                        continue
+                    conn.execute("UPDATE acct SET bal = bal - ? WHERE id = ?", (amount, a))
+                    conn.execute("UPDATE acct SET bal = bal + ? WHERE id = ?", (amount, b))
+                total = db.query("SELECT sum(bal) FROM acct")[0][0]
+                if total != 10_000:
+                    raise AssertionError(f"sum of balances is {total}")
+            except BaseException as exc:
+                errors.append(exc)
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    db.close()
+    return len(errors)
+
+
+def exit_with_failures(fn_name: str, *args: object) -> None:
+    """Run ``fn_name`` from this module; its failure count is the exit code."""
+    import sys
+
+    failures = globals()[fn_name](*args)
+    sys.exit(min(int(failures), 100))
+
+
+def hold_gate_forever(path: str, ready: Event) -> None:
+    """Write a row inside db.write() and never finish: to be SIGKILLed."""
+    db = litegate.connect(path, timeout=60)
+    with db.write() as conn:
+        conn.execute("INSERT INTO t(v) VALUES ('uncommitted')")
+        ready.set()
+        time.sleep(600)
+
+
+def write_once(path: str, value: str, started: Event) -> None:
+    """One db.execute(); the parent may SIGKILL us while we wait for the gate."""
+    db = litegate.connect(path, timeout=60)
+    started.set()
+    db.execute("INSERT INTO t(v) VALUES (?)", (value,))
+    db.close()
+
+
+def foreign_writer(path: str, ready: Event, hold: float) -> None:
+    """A writer that does not use litegate: holds SQLite's lock for ``hold`` s."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t(v) VALUES ('foreign')")
+    ready.set()
+    time.sleep(hold)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def blocked_ofd_waiters(path: str) -> int:
+    """How many OFD lock requests are blocked on ``path`` (from /proc/locks)."""
+    st = os.stat(path)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as f:
+        return sum(1 for line in f if "->" in line and ident in line)
