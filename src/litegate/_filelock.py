@@ -1,52 +1,123 @@
-"""A cross-process exclusive lock the kernel releases when its holder dies.
+"""A cross-process FIFO lock that the kernel releases when its holder dies.
 
-An open-file-description (OFD) ``fcntl`` lock on one byte of a sidecar file
-(``<db>-litegate``). OFD locks belong to the open file, not the process, so
-two :class:`ProcessLock` objects in one process exclude each other just like
-two processes do, and closing an unrelated descriptor never drops them (the
-trap of classic POSIX locks). When the holder exits or is SIGKILLed, the
-kernel drops the lock and wakes a blocked waiter: nobody sleeps and polls.
+It lives in a sidecar file (``<db>-litegate``) shared by every process that
+opens the database with litegate, and is made of open-file-description
+(OFD) ``fcntl`` byte-range locks plus a small ticket table in shared memory:
 
-``F_OFD_SETLKW`` blocks without a timeout, so the blocking wait runs in a
-helper thread (one per lock, started on first contention); the caller waits
-for the helper's hand-off on a ``threading.Lock`` with its own deadline. If
-the caller gives up, the helper still completes its acquisition and, finding
-nobody wanting it, releases at once (or hands it to the next caller of this
-process, who joins the pending wait instead of starting another).
+- ``MUTEX`` (byte 0) guards the ticket counter; it is held for a few
+  microseconds while a writer takes a ticket, never while anyone waits.
+- Ticket ``t`` owns slot ``t % SLOTS``: an OFD lock on one byte that its
+  owner holds from taking the ticket until it releases the gate, and a state
+  word in the mmap-ed table (WAITING, HOLDING, DONE, ABANDONED).
+- The writer with ticket ``t`` waits for ``t - 1`` by taking (and at once
+  dropping) ``t - 1``'s slot lock with ``F_OFD_SETLKW``: it sleeps in the
+  kernel and is woken exactly when that lock goes, by release, by timeout or
+  because the process died (the kernel drops a dead process's locks).
+  It then reads ``t - 1``'s state: DONE or HOLDING (died holding) means the
+  gate is ours; WAITING (died waiting) or ABANDONED (timed out) means it never
+  held the gate, so we go on to wait for ``t - 2``, and so on.
 
-Only one thread per :class:`ProcessLock` calls :meth:`acquire` at a time: the
-in-process :class:`~litegate._fair.FairLock` in front of it guarantees that.
+So writers get the gate in ticket order across processes, nobody polls, and a
+SIGKILLed holder or waiter cannot wedge the queue. Linux's own lock wake-up is
+only nearly FIFO (it wakes a chain of waiters that then race), which is why
+the ticket table exists.
+
+OFD locks belong to the open file, not the process: two :class:`ProcessLock`
+objects in one process queue against each other like two processes, and
+closing some other descriptor of the file never drops them.
+
+``F_OFD_SETLKW`` has no timeout, so a blocking wait runs in a helper thread
+(started on first contention, reused after); the caller waits for it on a
+``threading.Lock`` with its own deadline and, on timeout, marks its ticket
+ABANDONED and leaves. Only one thread per :class:`ProcessLock` calls
+:meth:`acquire` at a time: the in-process FairLock in front of it sees to that.
 """
 
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
+import queue
 import struct
 import threading
+import time
 
-_LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-_UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+SLOTS = 4096
+_MAGIC = b"LGTQ0001"
+_HEADER = 64  # magic (8) + next ticket (8), padded
+_STATE = struct.Struct("<QQ")  # ticket, state
+_SIZE = _HEADER + SLOTS * _STATE.size
+_MUTEX = 0
+_SLOT_LOCK_BASE = 1 << 32  # lock-only offsets past the data; they need no bytes
+
+WAITING, HOLDING, DONE, ABANDONED = 1, 2, 3, 4
+
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
 _SETLKW: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+
+
+def _flock(kind: int, offset: int) -> bytes:
+    return struct.pack("hhqqixxxx", kind, os.SEEK_SET, offset, 1, 0)
+
+
+_MUTEX_LOCK = _flock(fcntl.F_WRLCK, _MUTEX)
+_MUTEX_UNLOCK = _flock(fcntl.F_UNLCK, _MUTEX)
+_SLOT_LOCK = [_flock(fcntl.F_WRLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
+_SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
+
+
+class TooManyWaiters(RuntimeError):
+    pass
+
+
+class _Job:
+    """One blocking wait for a slot lock, run by a helper thread."""
+
+    __slots__ = ("abandoned", "done", "fd", "finished", "slot")
+
+    def __init__(self, fd: int, slot: int) -> None:
+        self.fd = fd  # a dup: stays valid even if the lock is closed meanwhile
+        self.slot = slot
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.finished = False
+        self.abandoned = False
 
 
 class ProcessLock:
     def __init__(self, path: str, mode: int = 0o644) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+        try:
+            self._map = self._map_table()
+        except BaseException:
+            os.close(self._fd)
+            raise
         self._mutex = threading.Lock()  # guards the fields below; no I/O under it
+        self._ticket = -1  # our ticket while we hold or wait
         self._held = False
-        self._helper: threading.Thread | None = None
-        self._helper_busy = False  # helper is (about to be) blocked in F_OFD_SETLKW
-        self._granted = False  # helper holds the lock for a caller, not yet taken
-        self._wanted = False  # a caller is waiting for the helper's result
-        self._work = threading.Lock()
-        self._work.acquire()  # released to start one helper acquisition
-        self._handoff = threading.Lock()
-        self._handoff.acquire()  # released by the helper when it got the lock for a caller
         self._closed = False
-        self.contended = 0  # acquisitions that had to block
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._helpers = 0
+        self._idle_helpers = 0
+        self.contended = 0  # acquisitions that had to sleep
+
+    def _map_table(self) -> mmap.mmap:
+        fcntl.fcntl(self._fd, _SETLKW, _MUTEX_LOCK)
+        try:
+            if os.fstat(self._fd).st_size < _SIZE:
+                os.ftruncate(self._fd, _SIZE)  # only ever grows; zeros are "no ticket yet"
+            table = mmap.mmap(self._fd, _SIZE)
+            magic = table[:8]
+            if magic == b"\0" * 8:
+                table[:8] = _MAGIC
+            elif magic != _MAGIC:
+                table.close()
+                raise OSError(f"{self.path!r} is not a litegate lock file; remove it")
+            return table
+        finally:
+            fcntl.fcntl(self._fd, _SETLK, _MUTEX_UNLOCK)
 
     def __repr__(self) -> str:
         return f"<ProcessLock {self.path!r} held={self._held} closed={self._closed}>"
@@ -55,106 +126,146 @@ class ProcessLock:
     def held(self) -> bool:
         return self._held
 
-    def _try(self) -> bool:
-        try:
-            fcntl.fcntl(self._fd, _SETLK, _LOCK)
-        except OSError:
-            return False
-        return True
-
+    # -- acquire ------------------------------------------------------------
     def acquire(self, timeout: float | None) -> bool:
         """True once held; False if ``timeout`` seconds passed first."""
-        with self._mutex:
-            if self._closed:
-                raise ValueError("ProcessLock is closed")
-            if self._granted:  # an earlier, abandoned wait completed meanwhile
-                self._granted = False
-                self._held = True
-                self._handoff.acquire(blocking=False)
-                return True
-            if not self._helper_busy:
-                if self._try():
-                    self._held = True
-                    return True
-                self._helper_busy = True
-                self._start_helper()
-                self._work.release()
-            self._wanted = True
-            self.contended += 1
-        if timeout is None:
-            got = self._handoff.acquire()
-        else:
-            got = self._handoff.acquire(timeout=max(0.0, timeout))
-        with self._mutex:
-            self._wanted = False
-            if self._granted:
-                self._granted = False
-                self._held = True
-                if not got:  # the hand-off raced our timeout: consume it
-                    self._handoff.acquire(blocking=False)
-                return True
-            return False
+        if self._closed:
+            raise ValueError("ProcessLock is closed")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        t = self._take_ticket()
+        try:
+            return self._wait_turn(t, deadline)
+        except BaseException:  # interrupted: never leave a ticket that blocks others
+            self._finish(t, ABANDONED)
+            raise
 
-    def _start_helper(self) -> None:
-        if self._helper is None:
-            self._helper = threading.Thread(
+    def _wait_turn(self, t: int, deadline: float | None) -> bool:
+        table, state = self._map, _STATE
+        p = t - 1
+        while p >= 0 and p > t - SLOTS:
+            ps = p % SLOTS
+            tk, st = state.unpack_from(table, _HEADER + ps * 16)
+            if tk == p and st == DONE:
+                break
+            if tk == p and st != ABANDONED:  # WAITING or HOLDING: wait for it to let go
+                if not self._wait_free(ps, deadline):
+                    self._finish(t, ABANDONED)
+                    return False
+                tk, st = state.unpack_from(table, _HEADER + ps * 16)
+                if tk == p and st in (HOLDING, DONE):  # HOLDING here: it died holding
+                    break
+            p -= 1  # it never held the gate: wait for the one before it
+        state.pack_into(table, _HEADER + (t % SLOTS) * 16, t, HOLDING)
+        self._held = True
+        return True
+
+    def _take_ticket(self) -> int:
+        fd, table = self._fd, self._map
+        fcntl.fcntl(fd, _SETLKW, _MUTEX_LOCK)  # held for microseconds by live writers only
+        try:
+            t = int(struct.unpack_from("<Q", table, 8)[0])
+            slot = t % SLOTS
+            try:
+                fcntl.fcntl(fd, _SETLK, _SLOT_LOCK[slot])
+            except OSError:
+                raise TooManyWaiters(
+                    f"more than {SLOTS} writers are queued on {self.path!r}"
+                ) from None
+            # state first, counter last: a writer killed in between leaves no ticket
+            _STATE.pack_into(table, _HEADER + slot * 16, t, WAITING)
+            struct.pack_into("<Q", table, 8, t + 1)
+        finally:
+            fcntl.fcntl(fd, _SETLK, _MUTEX_UNLOCK)
+        self._ticket = t
+        return t
+
+    def _wait_free(self, slot: int, deadline: float | None) -> bool:
+        """Wait until ``slot``'s lock is free (its owner released or died)."""
+        try:
+            fcntl.fcntl(self._fd, _SETLK, _SLOT_LOCK[slot])
+        except OSError:
+            pass
+        else:
+            fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])
+            return True
+        job = _Job(os.dup(self._fd), slot)
+        with self._mutex:
+            self.contended += 1
+            start_helper = self._idle_helpers == 0
+            if start_helper:
+                self._helpers += 1
+            else:
+                self._idle_helpers -= 1
+        if start_helper:
+            threading.Thread(
                 target=self._helper_loop, name=f"litegate-lock:{self.path}", daemon=True
-            )
-            self._helper.start()
+            ).start()
+        self._jobs.put(job)
+        try:
+            if deadline is None:
+                job.done.acquire()
+            else:
+                job.done.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            with self._mutex:
+                job.abandoned = True
+            raise
+        with self._mutex:
+            if job.finished:
+                return True
+            job.abandoned = True
+            return False
 
     def _helper_loop(self) -> None:
         while True:
-            self._work.acquire()
-            if self._closed:
-                return  # close() closed the descriptor itself
-            fcntl.fcntl(self._fd, _SETLKW, _LOCK)  # blocks in the kernel, GIL released
-            with self._mutex:
-                self._helper_busy = False
-                if self._closed:
-                    unlock = False
-                    close = True
-                elif self._wanted:
-                    self._granted = True
-                    self._handoff.release()
-                    unlock = close = False
-                else:
-                    unlock, close = True, False
-            if close:
-                self._close_fd()  # closing the last descriptor drops the lock
+            job = self._jobs.get()
+            if job is None:
                 return
-            if unlock:
-                fcntl.fcntl(self._fd, _SETLK, _UNLOCK)
+            try:
+                fcntl.fcntl(job.fd, _SETLKW, _SLOT_LOCK[job.slot])  # sleeps in the kernel
+                fcntl.fcntl(job.fd, _SETLK, _SLOT_UNLOCK[job.slot])
+            finally:
+                os.close(job.fd)
+                with self._mutex:
+                    job.finished = True
+                    if not job.abandoned:
+                        job.done.release()
+                    self._idle_helpers += 1
+
+    # -- release --------------------------------------------------------------
+    def _finish(self, t: int, state: int) -> None:
+        slot = t % SLOTS
+        _STATE.pack_into(self._map, _HEADER + slot * 16, t, state)
+        fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
+        self._ticket = -1
 
     def release(self) -> None:
-        with self._mutex:
-            if not self._held:
-                raise RuntimeError("ProcessLock.release() without acquire()")
-            self._held = False
-        fcntl.fcntl(self._fd, _SETLK, _UNLOCK)
+        if not self._held:
+            raise RuntimeError("ProcessLock.release() without acquire()")
+        self._held = False
+        self._finish(self._ticket, DONE)
 
     def close(self) -> None:
-        """Drop the lock if held and close the file. Safe to call twice."""
+        """Release if held, stop the helpers, close the file. Safe to call twice."""
+        if self._closed:
+            return
+        if self._held:
+            self.release()
+        self._closed = True
         with self._mutex:
-            if self._closed:
-                return
-            self._closed = True
-            self._held = False
-            helper_owns_fd = self._helper_busy
-            helper = self._helper
-        if helper_owns_fd:
-            return  # the blocked helper closes the descriptor when it returns
-        self._close_fd()
-        if helper is not None:
-            self._work.release()  # let the idle helper thread exit
-
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+            helpers = self._helpers
+        for _ in range(helpers):
+            self._jobs.put(None)  # busy helpers see it after their job ends
+        self._map.close()
+        os.close(self._fd)
+        self._fd = -1
 
     def forget_after_fork(self) -> None:
-        """In a forked child: drop our copy of the descriptor without touching
-        the lock, which (being an OFD lock) may be the parent's."""
+        """In a forked child: drop our copies without touching the locks, which
+        (OFD locks being shared with the parent's descriptor) are the parent's."""
         self._closed = True
         self._held = False
-        self._close_fd()
+        self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
