@@ -8,13 +8,16 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from . import _profiles
+from ._batch import GroupCommit, Request
 from ._busy import BusyStrategy, get_strategy, is_busy, retry_busy
+from ._checkpoint import Checkpointer
 from ._errors import (
     Closed,
     ConfigError,
@@ -97,16 +100,30 @@ class _ProcessState:
         self.connections: list[sqlite3.Connection] = []  # every connection we opened
         self.writer_pragmas: dict[str, object] = {}
         self.reader_pragmas: dict[str, object] | None = None
+        self.batcher = GroupCommit(
+            lambda timeout: db._begin(timeout)[1],
+            lambda conn, commit: db._end(self, conn, commit),
+            lambda conn: db._begin_again(self, conn),
+            db._write_timeout,
+            max_batch=db.GROUP_COMMIT_MAX_STATEMENTS,
+            max_time=db.GROUP_COMMIT_MAX_SECONDS,
+            default_timeout=db.timeout,
+        )
+        self.checkpointer: Checkpointer | None = None  # started once the writer is open
         self.busy_retries = 0
         self.committed = 0
         self.rolled_back = 0
-        self.statements = 0
 
 
 class Database:
     """One SQLite file shared fairly by the threads of this process and by
     every other process that opens it with litegate. Create with
     :func:`litegate.connect`."""
+
+    # Group commit bounds: a batch stops taking members at this many
+    # statements or after this long executing them (see _batch.py).
+    GROUP_COMMIT_MAX_STATEMENTS = 256
+    GROUP_COMMIT_MAX_SECONDS = 0.010
 
     def __init__(
         self,
@@ -118,9 +135,18 @@ class Database:
         pragmas: dict[str, PragmaValue],
         busy: tuple[str, BusyStrategy],
         fair: bool = True,
+        checkpoints: bool = True,
     ) -> None:
         self.path = path
         self.fair = fair
+        self.checkpoints = checkpoints
+        # With litegate's checkpointer, the profile's wal_autocheckpoint (in
+        # pages) becomes the number of commits between background checkpoints,
+        # and SQLite's own auto-checkpoint (on the commit path) is turned off.
+        self._checkpoint_every = int(pragmas.get("wal_autocheckpoint", 1000)) or 1000
+        if checkpoints:
+            pragmas = {**pragmas, "wal_autocheckpoint": 0}
+            pragmas.setdefault("journal_size_limit", 4 * self._checkpoint_every * 4096)
         self.profile = profile
         self.timeout = timeout
         self._readers = readers
@@ -152,6 +178,13 @@ class Database:
                 state = _ProcessState(self)
                 self._state = state
                 state.writer = self._open_writer(state)
+                if self.checkpoints:
+                    state.checkpointer = Checkpointer(
+                        lambda: self._open_checkpoint_conn(state),
+                        lambda timeout: self._gate_only(state, timeout),
+                        every_commits=self._checkpoint_every,
+                        truncate_frames=4 * self._checkpoint_every,
+                    )
             return self._state
 
     def _forget_parent_state(self) -> None:
@@ -166,6 +199,9 @@ class Database:
         safe.update(c for c, owner in state.reader_owner.items() if owner == me)
         if state.writer is not None and state.writer_owner in (None, me):
             safe.add(id(state.writer))
+        ckpt = state.checkpointer
+        if ckpt is not None and ckpt.conn is not None and not ckpt.busy:
+            safe.add(id(ckpt.conn))
         for conn in state.connections:
             if id(conn) in safe:
                 try:
@@ -227,6 +263,35 @@ class Database:
             state.reader_pragmas = in_force
         state.connections.append(conn)
         return conn
+
+    def _open_checkpoint_conn(self, state: _ProcessState) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 0")  # never wait: skip and retry later
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        state.connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _gate_only(self, state: _ProcessState, timeout: float) -> Iterator[bool]:
+        """Hold the write gate without a transaction (for a TRUNCATE checkpoint,
+        which needs SQLite's write lock on another connection)."""
+        try:
+            got = state.gate.acquire(timeout)
+        except QueueClosed:
+            got = False
+        if not got:
+            yield False
+            return
+        try:
+            if not state.plock.acquire(timeout):
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                state.plock.release()
+        finally:
+            state.gate.release()
 
     def _open_error(self, exc: sqlite3.Error) -> OpenError:
         code = _errcode(exc)
@@ -319,6 +384,16 @@ class Database:
                 f"(busy strategy {self._busy_name!r}); find that writer or raise timeout="
             ) from None
 
+    def _begin_again(self, state: _ProcessState, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE again, the gate still held (after a rollback)."""
+        self._begin_immediate(state, conn, time.monotonic() + self.timeout, self.timeout)
+
+    def _write_timeout(self, limit: float) -> WriteTimeout:
+        return WriteTimeout(
+            f"no write gate within {limit:g} s: the write was still queued for group commit; "
+            "raise timeout= or make write transactions shorter"
+        )
+
     def _end(self, state: _ProcessState, conn: sqlite3.Connection, commit: bool) -> None:
         try:
             if conn.in_transaction:
@@ -326,6 +401,8 @@ class Database:
                     try:
                         conn.execute("COMMIT")
                         state.committed += 1
+                        if state.checkpointer is not None:
+                            state.checkpointer.committed()
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -353,25 +430,20 @@ class Database:
         return self._submit(sql, seq, True, timeout)
 
     def _submit(self, sql: str, params: Any, many: bool, timeout: float | None) -> WriteResult:
-        # The seam for group commit: today one IMMEDIATE transaction per call;
-        # a batcher will combine concurrent calls here, each in a SAVEPOINT.
+        # Group commit: concurrent calls share one transaction, each in its own
+        # SAVEPOINT; this returns after the COMMIT that holds our write.
         state = self._process_state()
         if state.writer_owner == threading.get_ident():
             raise NestedWriteError(
                 "db.execute() inside db.write() in the same thread would wait for itself; "
                 "use conn.execute() on the connection db.write() gave you"
             )
-        state, conn = self._begin(timeout)
-        ok = False
-        try:
-            cur = conn.executemany(sql, params) if many else conn.execute(sql, params)
-            rows = cur.fetchall()
-            result = WriteResult(cur.rowcount, cur.lastrowid, rows)
-            state.statements += 1
-            ok = True
-        finally:
-            self._end(state, conn, ok)
-        return result
+        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        req = state.batcher.run(Request(sql, params, many), limit)
+        if req.error is not None:
+            raise req.error
+        assert req.result is not None
+        return WriteResult(*req.result)
 
     # -- reading ----------------------------------------------------------
     def read(self, timeout: float | None = None) -> _ReadBlock:
@@ -431,6 +503,7 @@ class Database:
         except OSError:
             wal = 0
         pool = state.pool
+        batches = state.batcher.sizes.summary()
         return {
             "path": self.path,
             "pid": os.getpid(),
@@ -455,8 +528,9 @@ class Database:
             "writes": {
                 "committed": state.committed,
                 "rolled_back": state.rolled_back,
-                "statements": state.statements,
+                "group_commit": batches,
             },
+            "checkpoints": None if state.checkpointer is None else state.checkpointer.stats(),
             "connections": {"writer": int(state.writer is not None), "readers": pool.created},
             "wal_bytes": wal,
         }
@@ -486,6 +560,12 @@ class Database:
         state = self._state
         if state is None or self._pid != os.getpid():
             return
+        state.batcher.close()
+        if state.checkpointer is not None:
+            ckpt_conn = state.checkpointer.conn
+            state.checkpointer.stop()
+            if ckpt_conn in state.connections:
+                state.connections.remove(ckpt_conn)
         state.pool.close(on_idle=lambda conn: self._close_conn(state, conn))
         state.gate.close(lambda _token: self._close_writer(state))
 
@@ -596,6 +676,7 @@ def connect(
     pragmas: Mapping[str, PragmaValue | None] | None = None,
     busy: str | BusyStrategy = "constant",
     fair: bool = True,
+    checkpoints: bool = True,
 ) -> Database:
     """Open (or create) the SQLite file at ``path`` for fair concurrent use.
 
@@ -611,6 +692,9 @@ def connect(
     - ``fair``: leave True. False lets newcomers barge past waiting threads
       (seed 001's "unfair" queue); it exists so the lab can measure what
       fairness buys.
+    - ``checkpoints``: run WAL checkpoints on a background thread (the
+      default) instead of inside the COMMIT that crosses SQLite's
+      auto-checkpoint threshold.
     """
     raw = os.fspath(path)
     if not isinstance(raw, str):
@@ -636,4 +720,5 @@ def connect(
         pragmas=resolved,
         busy=busy_fn,
         fair=bool(fair),
+        checkpoints=bool(checkpoints),
     )

@@ -110,7 +110,11 @@ def test_stats_report_what_is_in_force(db_path: str) -> None:
     assert w["journal_mode"] == "wal"
     assert w["synchronous"] == 2
     assert w["cache_size"] == -4000
-    assert w["wal_autocheckpoint"] == 500
+    # litegate's checkpointer replaces SQLite's auto-checkpoint: off on the
+    # connection, the profile's value drives the background thread instead
+    assert w["wal_autocheckpoint"] == 0
+    assert s["checkpoints"]["every_commits"] == 500
+    assert w["journal_size_limit"] == 4 * 500 * 4096
     assert w["busy_timeout"] == 0  # the writer never sleeps inside SQLite
     assert s["pragmas"]["readers"]["busy_timeout"] == 10000
     assert s["pragmas"]["readers"]["query_only"] == 1

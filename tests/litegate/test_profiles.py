@@ -46,13 +46,18 @@ READ_BACK = {
 
 @pytest.mark.parametrize("profile", sorted(READ_BACK))
 def test_profile_in_force(db_path: str, profile: str) -> None:
-    db = litegate.connect(db_path, profile=profile)
+    # checkpoints=False: SQLite's own auto-checkpoint keeps the profile's value
+    db = litegate.connect(db_path, profile=profile, checkpoints=False)
     db.query("SELECT 1")
     pragmas = db.stats()["pragmas"]
     for name, value in READ_BACK[profile].items():
         assert pragmas["writer"][name] == value, name
         assert pragmas["readers"][name] == value, name
     assert pragmas["writer"]["journal_mode"] == "wal"
+    assert (
+        pragmas["writer"]["wal_autocheckpoint"] == _profiles.PROFILES[profile]["wal_autocheckpoint"]
+    )
+    assert db.stats()["checkpoints"] is None
     assert db.timeout == _profiles.PROFILES[profile]["busy_timeout"] / 1000  # type: ignore[operator]
     db.close()
 

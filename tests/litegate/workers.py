@@ -111,3 +111,25 @@ def blocked_ofd_waiters(path: str) -> int:
     ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     with open("/proc/locks") as f:
         return sum(1 for line in f if "->" in line and ident in line)
+
+
+def ack_writer(path: str, acks: str, threads: int, start_at: int) -> None:
+    """Group-committed writes until SIGKILLed. Each write inserts two rows in
+    one statement; its id is appended to ``acks`` only after execute returned
+    (so every id in ``acks`` was acknowledged as committed)."""
+    db = litegate.connect(path, timeout=60)
+    counter = iter(range(start_at, start_at + 10_000_000))
+    lock = threading.Lock()
+    fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def run() -> None:
+        while True:
+            with lock:
+                i = next(counter)
+            db.execute("INSERT INTO pairs(k, part) VALUES (?, 1), (?, 2)", (i, i))
+            os.write(fd, f"{i}\n".encode())
+
+    ts = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    time.sleep(600)

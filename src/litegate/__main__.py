@@ -1,0 +1,78 @@
+"""``litegate`` / ``python -m litegate``: the command line.
+
+Today it has one command, ``bench``, the lab. The lab lives in
+:mod:`litegate.lab` and needs the ``lab`` extra; it is imported only when
+asked for, so ``import litegate`` never pays for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import litegate
+
+_INSTALL = "pip install 'litegate[lab]'"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="litegate",
+        description="litegate: one SQLite file, many threads and processes.",
+    )
+    parser.add_argument("--version", action="version", version=f"litegate {litegate.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub.add_parser(
+        "bench",
+        help="run a lab experiment: contention (seed 000), fairness (seed 001); "
+        "'litegate bench --help' for more",
+        add_help=False,
+    )
+    return parser
+
+
+def _bench(args: list[str]) -> int:
+    from importlib import import_module
+
+    lab = import_module("litegate.lab")
+    missing: list[str] = lab.missing_requirements()
+    if missing:
+        print(
+            f"litegate bench needs the lab extra (missing: {', '.join(missing)}).\n"
+            f"Install it with:  {_INSTALL}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        cli = import_module("litegate.lab._cli")
+    except ModuleNotFoundError as exc:
+        print(
+            f"litegate bench cannot import {exc.name!r}: the lab extra is incomplete.\n"
+            f"Install it with:  {_INSTALL}",
+            file=sys.stderr,
+        )
+        return 2
+    code: int = cli.main(args)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``litegate`` command; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "bench":
+            return _bench(args[1:])
+        _parser().parse_args(args)  # prints help or a usage error and exits
+        return 2  # pragma: no cover - parse_args always exits here
+    except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

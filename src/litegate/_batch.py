@@ -1,0 +1,370 @@
+"""Group commit: concurrent ``db.execute()`` calls share one transaction.
+
+Callers put a :class:`Request` in a FIFO queue. A caller that finds nobody
+leading becomes the leader: it takes the write gate like any writer, then
+drains the queue into one IMMEDIATE transaction, each statement after the
+first inside its own SAVEPOINT, COMMITs, and wakes the members. Requests that
+arrived meanwhile form the next batch, led by the first of them that has a
+thread to lead with (asyncio requests have none; a helper thread leads for
+them). So no caller leads for longer than one batch, and a lone caller pays
+for nothing but the queue check.
+
+Bounds: a batch stops taking members when it holds ``max_batch`` statements
+or has spent ``max_time`` seconds executing them. A caller therefore waits
+for at most the batch in progress, then its own, each bounded by those
+limits plus one COMMIT.
+
+Outcomes:
+- a failing statement rolls back only its own SAVEPOINT and raises to its
+  own caller;
+- every caller returns only after the COMMIT that holds its write;
+- a failed COMMIT fails every member of the batch and leaves nothing of it;
+- a caller whose timeout passes while its request still waits in the queue
+  leaves the queue with ``WriteTimeout``; once its request has been taken
+  into a running batch it gets the batch's outcome (committed or not, never
+  half), even if that comes after its timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+_PENDING, _TAKEN, _LEAD, _DONE = range(4)
+
+# Statements that would end or nest the shared transaction.
+_TX_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
+def is_transaction_control(sql: str) -> bool:
+    return sql.lstrip()[:9].upper().startswith(_TX_CONTROL)
+
+
+def _copy_for_member(exc: BaseException) -> BaseException:
+    """A batch-wide failure, as a separate exception object per member (each
+    member raises it in its own thread; one shared object would have its
+    traceback rewritten by all of them at once)."""
+    try:
+        copy = type(exc)(*exc.args)
+    except Exception:
+        return exc
+    copy.__dict__.update(exc.__dict__)  # e.g. sqlite_errorcode, sqlite_errorname
+    copy.__cause__ = exc
+    return copy
+
+
+class Request:
+    __slots__ = ("error", "many", "on_done", "params", "result", "sql", "state", "wake")
+
+    def __init__(
+        self,
+        sql: str,
+        params: Any,
+        many: bool,
+        on_done: Callable[[Request], None] | None = None,
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.many = many
+        self.state = _PENDING
+        self.result: tuple[int, int | None, list[Any]] | None = None
+        self.error: BaseException | None = None
+        self.on_done = on_done  # asyncio: called on the leader's thread when done
+        if on_done is None:
+            self.wake: threading.Lock | None = threading.Lock()
+            self.wake.acquire()
+        else:
+            self.wake = None
+
+
+class SizeHistogram:
+    """Batch sizes: exact counts per size (sizes are bounded by max_batch)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def record(self, n: int) -> None:
+        self.counts[n] = self.counts.get(n, 0) + 1
+
+    def summary(self) -> dict[str, float | int]:
+        items = sorted(self.counts.items())
+        total = sum(c for _, c in items)
+        if not total:
+            return {"batches": 0, "statements": 0, "mean": 0.0, "p50": 0, "p99": 0, "max": 0}
+
+        def pct(q: float) -> int:
+            rank, seen = max(1, round(q * total)), 0
+            for size, c in items:
+                seen += c
+                if seen >= rank:
+                    return size
+            return items[-1][0]
+
+        statements = sum(s * c for s, c in items)
+        return {
+            "batches": total,
+            "statements": statements,
+            "mean": round(statements / total, 2),
+            "p50": pct(0.50),
+            "p99": pct(0.99),
+            "max": items[-1][0],
+        }
+
+
+class GroupCommit:
+    """The queue and the leader protocol. ``begin(timeout)`` must return the
+    write connection inside ``BEGIN IMMEDIATE`` with the gate held, and
+    ``end(conn, commit)`` must COMMIT (raising if that fails) or ROLLBACK and
+    release the gate; ``begin_again(conn)`` re-runs ``BEGIN IMMEDIATE`` while
+    the gate is still held."""
+
+    def __init__(
+        self,
+        begin: Callable[[float | None], sqlite3.Connection],
+        end: Callable[[sqlite3.Connection, bool], None],
+        begin_again: Callable[[sqlite3.Connection], None],
+        timeout_error: Callable[[float], BaseException],
+        *,
+        max_batch: int,
+        max_time: float,
+        default_timeout: float,
+    ) -> None:
+        self._begin = begin
+        self._end = end
+        self._begin_again = begin_again
+        self._timeout_error = timeout_error
+        self.max_batch = max_batch
+        self.max_time = max_time
+        self._default_timeout = default_timeout
+        self._mutex = threading.Lock()  # guards the queue and the leader flag; no I/O
+        self._pending: deque[Request] = deque()
+        self._leading = False
+        self._flusher_wake = threading.Lock()
+        self._flusher_wake.acquire()
+        self._flusher: threading.Thread | None = None
+        self._closed = False
+        self.sizes = SizeHistogram()
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch (not yet taken)."""
+        return len(self._pending)
+
+    # -- callers ------------------------------------------------------------
+    def run(self, req: Request, timeout: float) -> Request:
+        """Submit from a thread that waits for the outcome; returns ``req`` done."""
+        deadline = time.monotonic() + timeout
+        with self._mutex:
+            self._pending.append(req)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+                req.state = _LEAD
+        assert req.wake is not None
+        while True:
+            if lead:
+                self._lead(req, deadline)
+                if req.state == _DONE:
+                    return req
+                lead = False  # our request went to a batch someone else leads
+            got = req.wake.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            with self._mutex:
+                state = req.state
+                if state == _LEAD:
+                    lead = True
+                    continue
+                if state == _PENDING and not got:
+                    self._pending.remove(req)
+                    raise self._timeout_error(timeout)
+            if state == _TAKEN:  # in a running batch: its outcome is ours, however late
+                req.wake.acquire()
+            if req.state == _DONE:
+                return req
+
+    def submit(self, req: Request) -> None:
+        """Submit without a waiting thread (asyncio); ``req.on_done`` reports."""
+        with self._mutex:
+            if self._closed:
+                raise RuntimeError("closed")
+            self._pending.append(req)
+            if self._leading:
+                return
+            self._leading = True
+        self._kick_flusher()
+
+    def cancel(self, req: Request) -> bool:
+        """Take a request back if no batch has taken it yet."""
+        with self._mutex:
+            if req.state == _PENDING and req in self._pending:
+                self._pending.remove(req)
+                return True
+            return False
+
+    # -- leading --------------------------------------------------------------
+    def _lead(self, me: Request | None, deadline: float | None) -> None:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            conn = self._begin(remaining)
+        except BaseException as exc:
+            self._leader_failed(me, exc)
+            if me is not None:
+                raise
+            return
+        batch: list[Request] = []
+        ended = False
+        try:
+            started = time.monotonic()
+            live: list[Request] = []  # members whose writes are in the open transaction
+            while len(batch) < self.max_batch and time.monotonic() - started < self.max_time:
+                with self._mutex:
+                    n = min(len(self._pending), self.max_batch - len(batch))
+                    take = [self._pending.popleft() for _ in range(n)]
+                    for r in take:
+                        r.state = _TAKEN
+                if not take:
+                    break
+                batch.extend(take)  # from here on, every outcome reaches them
+                todo = deque(take)
+                while todo:
+                    r = todo.popleft()
+                    self._run_one(conn, r, first=not live)
+                    if r.error is None:
+                        live.append(r)
+                    elif not conn.in_transaction:
+                        # The transaction is gone: a failed first member rolled
+                        # it back, or SQLite did (disk full, I/O error). Those
+                        # that ran before lost their writes before anyone was
+                        # told: run them again in a fresh transaction.
+                        todo.extendleft(reversed(live))
+                        for q in live:
+                            q.result = None
+                        live = []
+                        self._begin_again(conn)
+            ended = True
+            self._end(conn, bool(live))
+            if live:
+                self.sizes.record(len(live))
+        except BaseException as exc:
+            # COMMIT failed (disk full, I/O error) or we were interrupted: the
+            # transaction is rolled back, so no member's write survives.
+            if not ended:
+                with contextlib.suppress(BaseException):
+                    self._end(conn, False)
+            for r in batch:
+                if r.error is None:
+                    r.error = _copy_for_member(exc)
+                    r.result = None
+        finally:
+            self._finish(batch, me)
+
+    def _run_one(self, conn: sqlite3.Connection, r: Request, first: bool) -> None:
+        """Run one member; on failure set ``r.error`` and undo only its work
+        (the caller checks whether SQLite dropped the whole transaction)."""
+        if is_transaction_control(r.sql):
+            r.error = ValueError(
+                "db.execute() runs one statement inside litegate's transaction; use "
+                "db.write() to control transactions yourself"
+            )
+            return
+        if first:
+            # No SAVEPOINT for the first member: a lone caller (the common case
+            # without contention) pays nothing extra. If it fails, the whole
+            # transaction (holding nothing else) is rolled back and begun again.
+            try:
+                self._execute(conn, r)
+            except Exception as exc:
+                r.error = exc
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            return
+        conn.execute("SAVEPOINT litegate_member")
+        try:
+            self._execute(conn, r)
+        except Exception as exc:
+            r.error = exc
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO litegate_member")
+                conn.execute("RELEASE litegate_member")
+            return
+        conn.execute("RELEASE litegate_member")
+
+    @staticmethod
+    def _execute(conn: sqlite3.Connection, r: Request) -> None:
+        cur = conn.executemany(r.sql, r.params) if r.many else conn.execute(r.sql, r.params)
+        rows = cur.fetchall()
+        r.result = (cur.rowcount, cur.lastrowid, rows)
+
+    def _finish(self, batch: list[Request], me: Request | None) -> None:
+        for r in batch:
+            r.state = _DONE
+            if r is me:
+                continue
+            if r.wake is not None:
+                r.wake.release()
+            elif r.on_done is not None:
+                r.on_done(r)
+        self._hand_on()
+
+    def _leader_failed(self, me: Request | None, exc: BaseException) -> None:
+        """The leader could not get the gate: only its own request fails (an
+        asyncio batch's flusher fails the asyncio requests waiting)."""
+        failed: list[Request] = []
+        with self._mutex:
+            if me is not None:
+                if me in self._pending:
+                    self._pending.remove(me)
+            else:
+                failed = [r for r in self._pending if r.wake is None]
+                for r in failed:
+                    self._pending.remove(r)
+        for r in failed:
+            r.error = exc
+            r.state = _DONE
+            assert r.on_done is not None
+            r.on_done(r)
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Pass leadership to the first queued caller with a thread, else to
+        the flusher, else nobody."""
+        with self._mutex:
+            nxt = next((r for r in self._pending if r.wake is not None), None)
+            if nxt is not None:
+                nxt.state = _LEAD
+            elif not self._pending:
+                self._leading = False
+                return
+        if nxt is not None:
+            assert nxt.wake is not None
+            nxt.wake.release()
+        else:
+            self._kick_flusher()
+
+    # -- the flusher: leads for asyncio requests ---------------------------------
+    def _kick_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(
+                target=self._flusher_loop, name="litegate-group-commit", daemon=True
+            )
+            self._flusher.start()
+        with contextlib.suppress(RuntimeError):  # already awake
+            self._flusher_wake.release()
+
+    def _flusher_loop(self) -> None:
+        while True:
+            self._flusher_wake.acquire()
+            if self._closed:
+                return
+            self._lead(None, time.monotonic() + self._default_timeout)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+        if self._flusher is not None:
+            with contextlib.suppress(RuntimeError):
+                self._flusher_wake.release()

@@ -1,0 +1,152 @@
+"""Checkpoints off the commit path.
+
+SQLite's own auto-checkpoint runs inside the COMMIT that crosses the
+threshold, so that one commit pays for copying the whole WAL back into the
+database (seed 002's 34 ms single-insert outlier). litegate turns it off on
+every connection and runs checkpoints on a background thread with its own
+connection instead:
+
+- after every ``every_commits`` commits of this process (the profile's
+  ``wal_autocheckpoint``), or one second after a commit if fewer came, a
+  PASSIVE checkpoint: it copies what it can without blocking any reader or
+  writer;
+- when the log has grown past ``truncate_frames``, a short turn holding
+  litegate's write gate (fair, like any writer's): with no new frames coming,
+  a second PASSIVE catches up completely (under continuous writes and reads
+  the first one almost never does: writers keep appending and a live snapshot
+  pins the newest frames), then a TRUNCATE resets the WAL file to zero bytes.
+  Readers that start after the catch-up read the database file, not the log,
+  so the ones still on the old log drain within a query's time: TRUNCATE is
+  retried for at most ``TRUNCATE_PATIENCE`` seconds, then given up until the
+  next round. That bounded pause, once per ``truncate_frames`` frames, is the
+  price writers pay for a WAL that stays bounded while readers never stop.
+
+``journal_size_limit`` is set as well, so whenever SQLite itself restarts the
+log it also trims the file. Together these keep the WAL bounded under
+continuous reads and writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ._stats import WaitHistogram
+
+
+class Checkpointer:
+    IDLE_WAKE_SECONDS = 1.0
+    TRUNCATE_PATIENCE = 0.005  # longest the gate is held waiting for old readers
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        gate: Callable[[float], AbstractContextManager[bool]],
+        *,
+        every_commits: int,
+        truncate_frames: int,
+    ) -> None:
+        self._connect = connect
+        self._gate = gate
+        self.every_commits = max(1, every_commits)
+        self.truncate_frames = truncate_frames
+        self._commits = 0  # since the last checkpoint; bumped by the writer only
+        self._wake = threading.Event()
+        self._stop = False
+        self.busy = False  # inside a checkpoint call (fork safety reads this)
+        self.conn: sqlite3.Connection | None = None
+        self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
+        self.truncate = WaitHistogram()  # durations of TRUNCATE checkpoints
+        self.truncate_skipped = 0
+        self.errors = 0
+        self.last: tuple[int, int, int] | None = None  # (busy, log frames, copied)
+        self._thread = threading.Thread(target=self._run, name="litegate-checkpointer", daemon=True)
+        self._thread.start()
+
+    def committed(self) -> None:
+        """Called by the writer after each COMMIT: cheap, never blocks."""
+        self._commits += 1
+        if self._commits >= self.every_commits:
+            self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            self.conn = self._connect()
+        except Exception:
+            self.errors += 1
+            return
+        while not self._stop:
+            self._wake.wait(self.IDLE_WAKE_SECONDS)
+            self._wake.clear()
+            if self._stop:
+                break
+            if self._commits == 0:
+                continue
+            self._commits = 0
+            try:
+                self.checkpoint()
+            except sqlite3.Error:
+                self.errors += 1  # counted in stats(); the next round tries again
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """One round: PASSIVE, then TRUNCATE if the log is long and all copied."""
+        conn = self.conn
+        assert conn is not None
+        self.busy = True
+        try:
+            t0 = time.perf_counter()
+            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self.passive.record(time.perf_counter() - t0)
+            busy, log, copied = int(row[0]), int(row[1]), int(row[2])
+            self.last = (busy, log, copied)
+            if log >= self.truncate_frames:
+                with self._gate(0.05) as held:
+                    if not held:
+                        self.truncate_skipped += 1
+                        return self.last
+                    t0 = time.perf_counter()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # catch up
+                    while True:
+                        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                        if int(row[0]) == 0 or time.perf_counter() - t0 > self.TRUNCATE_PATIENCE:
+                            break
+                        time.sleep(0.0005)  # a reader is still on the old log
+                    self.truncate.record(time.perf_counter() - t0)
+                    self.last = (int(row[0]), int(row[1]), int(row[2]))
+                    if int(row[0]) != 0:
+                        self.truncate_skipped += 1
+            return self.last
+        finally:
+            self.busy = False
+
+    def stats(self) -> dict[str, Any]:
+        p, t = self.passive, self.truncate
+        last = (
+            None
+            if self.last is None
+            else dict(zip(("busy", "log", "copied"), self.last, strict=True))
+        )
+        return {
+            "passive": {"count": p.count, "total_ms": round(p.total * 1e3, 3),
+                        "max_ms": round(p.max * 1e3, 3)},
+            "truncate": {"count": t.count, "total_ms": round(t.total * 1e3, 3),
+                         "max_ms": round(t.max * 1e3, 3), "skipped": self.truncate_skipped},
+            "every_commits": self.every_commits,
+            "truncate_frames": self.truncate_frames,
+            "last": last,
+            "errors": self.errors,
+        }  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop the thread and close its connection. Safe to call twice."""
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        conn, self.conn = self.conn, None
+        if conn is not None and not self.busy:
+            conn.close()
