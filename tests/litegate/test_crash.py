@@ -42,11 +42,11 @@ def test_sigkill_mid_batch_loses_no_acknowledged_write(tmp_path: Path, method: s
         p.start()
         # Let it commit a while, then kill it at a different point each round.
         target = rnd.randint(50, 400)
-        wait_until(
-            lambda acks=acks, t=target: len(acked(acks)) >= t,
-            timeout=60,  # type: ignore[misc]
-            what="acknowledged writes",
-        )
+
+        def enough(acks: Path = acks, t: int = target) -> bool:
+            return len(acked(acks)) >= t
+
+        wait_until(enough, timeout=60, what="acknowledged writes")
         os.kill(p.pid, signal.SIGKILL)
         p.join()
         with sqlite3.connect(db_path) as conn:
