@@ -16,10 +16,14 @@ connection instead:
   the first one almost never does: writers keep appending and a live snapshot
   pins the newest frames), then a TRUNCATE resets the WAL file to zero bytes.
   Readers that start after the catch-up read the database file, not the log,
-  so the ones still on the old log drain within a query's time: TRUNCATE is
-  retried for at most ``TRUNCATE_PATIENCE`` seconds, then given up until the
-  next round. That bounded pause, once per ``truncate_frames`` frames, is the
-  price writers pay for a WAL that stays bounded while readers never stop.
+  so the ones still on the old log drain within one read's time: TRUNCATE is
+  retried while they do, for at most the current patience (5 ms at first),
+  then given up until the next round. Each round that gives up doubles the
+  patience (up to 100 ms) and a success resets it, so the wait adapts to the
+  longest read transaction in use. That pause, once per ``truncate_frames``
+  frames and about as long as the longest read, is the price writers pay for
+  a WAL that stays bounded while readers never stop (SQLite's "checkpoint
+  starvation" otherwise lets it grow without limit).
 
 ``journal_size_limit`` is set as well, so whenever SQLite itself restarts the
 log it also trims the file. Together these keep the WAL bounded under
@@ -40,7 +44,8 @@ from ._stats import WaitHistogram
 
 class Checkpointer:
     IDLE_WAKE_SECONDS = 1.0
-    TRUNCATE_PATIENCE = 0.005  # longest the gate is held waiting for old readers
+    TRUNCATE_PATIENCE = 0.005  # first wait for old readers, gate held
+    TRUNCATE_PATIENCE_MAX = 0.100  # the most it grows to after failed rounds
 
     def __init__(
         self,
@@ -62,6 +67,7 @@ class Checkpointer:
         self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
         self.truncate = WaitHistogram()  # durations of TRUNCATE checkpoints
         self.truncate_skipped = 0
+        self.patience = self.TRUNCATE_PATIENCE
         self.errors = 0
         self.last: tuple[int, int, int] | None = None  # (busy, log frames, copied)
         self._thread = threading.Thread(target=self._run, name="litegate-checkpointer", daemon=True)
@@ -112,13 +118,16 @@ class Checkpointer:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # catch up
                     while True:
                         row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                        if int(row[0]) == 0 or time.perf_counter() - t0 > self.TRUNCATE_PATIENCE:
+                        if int(row[0]) == 0 or time.perf_counter() - t0 > self.patience:
                             break
                         time.sleep(0.0005)  # a reader is still on the old log
                     self.truncate.record(time.perf_counter() - t0)
                     self.last = (int(row[0]), int(row[1]), int(row[2]))
                     if int(row[0]) != 0:
                         self.truncate_skipped += 1
+                        self.patience = min(2 * self.patience, self.TRUNCATE_PATIENCE_MAX)
+                    else:
+                        self.patience = self.TRUNCATE_PATIENCE
             return self.last
         finally:
             self.busy = False
@@ -135,6 +144,7 @@ class Checkpointer:
                         "max_ms": round(p.max * 1e3, 3)},
             "truncate": {"count": t.count, "total_ms": round(t.total * 1e3, 3),
                          "max_ms": round(t.max * 1e3, 3), "skipped": self.truncate_skipped},
+            "patience_ms": round(self.patience * 1e3, 1),
             "every_commits": self.every_commits,
             "truncate_frames": self.truncate_frames,
             "last": last,

@@ -337,8 +337,19 @@ class Database:
                 f"no write gate within {limit:g} s: {state.gate.waiting} more writers of this "
                 "process are queued; raise timeout= or make write transactions shorter"
             )
+        conn = self._after_gate(state, start, deadline, limit)
+        state.writer_owner = me
+        return state, conn
+
+    def _after_gate(
+        self, state: _ProcessState, start: float, deadline: float, limit: float
+    ) -> sqlite3.Connection:
+        """Steps 2 and 3 of the write path, the in-process gate already held:
+        the cross-process queue, then BEGIN IMMEDIATE. Releases the gate on
+        failure."""
         try:
-            if not state.plock.acquire(None if wait is None else deadline - time.monotonic()):
+            remaining = None if math.isinf(limit) else deadline - time.monotonic()
+            if not state.plock.acquire(remaining):
                 raise WriteTimeout(
                     f"no write gate within {limit:g} s: another process holds it; raise "
                     "timeout= or make write transactions shorter"
@@ -356,8 +367,7 @@ class Database:
             state.gate.release()
             raise
         state.gate_wait.record(time.monotonic() - start)
-        state.writer_owner = me
-        return state, conn
+        return conn
 
     def _begin_immediate(
         self, state: _ProcessState, conn: sqlite3.Connection, deadline: float, limit: float

@@ -35,13 +35,29 @@ _WAITING, _GRANTED, _CREATE, _NOTIFIED, _CLOSED = range(5)
 
 
 class _Waiter:
-    __slots__ = ("item", "state", "wake")
+    """A queued caller: a thread sleeping on ``wake``, or (``notify`` given) an
+    event-loop task that is told through ``notify`` and then calls claim()."""
 
-    def __init__(self) -> None:
+    __slots__ = ("item", "notify", "started", "state", "wake")
+
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()  # released exactly once, by whoever wakes us
         self.state = _WAITING
         self.item: object = None
+        self.notify = notify
+        self.started = time.monotonic()
+
+    def signal(self) -> None:
+        # Called after the queue's mutex is released: notify() may do I/O
+        # (asyncio's call_soon_threadsafe writes to the loop's self-pipe).
+        if self.notify is None:
+            self.wake.release()
+        else:
+            self.notify()
+
+
+READY, CREATE, QUEUED = range(3)
 
 
 class QueueTimeout(Exception):
@@ -135,17 +151,22 @@ class HandoffQueue(Generic[T]):
         try:
             return self._factory()
         except BaseException:
-            with self._mutex:
-                self._created -= 1
-                # The capacity we reserved is free again: let the longest
-                # waiter try to open a resource itself rather than wait for a
-                # release that may never come.
-                if self._waiters and not self._closed:
-                    self._created += 1
-                    w = self._waiters.popleft()
-                    w.state = _CREATE
-                    w.wake.release()
+            self._pass_capacity()
             raise
+
+    def _pass_capacity(self) -> None:
+        """Capacity we reserved is free again: let the longest waiter try to
+        open a resource itself rather than wait for a release that may never
+        come."""
+        woken = None
+        with self._mutex:
+            self._created -= 1
+            if self._waiters and not self._closed:
+                self._created += 1
+                woken = self._waiters.popleft()
+                woken.state = _CREATE
+        if woken is not None:
+            woken.signal()
 
     def _wait(self, waiter: _Waiter, timeout: float | None) -> T:
         start = time.monotonic()
@@ -195,45 +216,94 @@ class HandoffQueue(Generic[T]):
         if state == _GRANTED:
             self.put(item)  # type: ignore[arg-type]
         elif state == _CREATE:
-            with self._mutex:
-                self._created -= 1
+            self._pass_capacity()
         elif state == _NOTIFIED:
             # unfair mode: we were told a resource is free; tell the next one
+            woken = None
             with self._mutex:
                 if self._idle and self._waiters:
-                    w = self._waiters.popleft()
-                    w.state = _NOTIFIED
-                    w.wake.release()
+                    woken = self._waiters.popleft()
+                    woken.state = _NOTIFIED
+            if woken is not None:
+                woken.signal()
+
+    # -- for event loops: wait without a thread ------------------------------
+    def enqueue(self, notify: Callable[[], None]) -> tuple[int, T | None, _Waiter | None]:
+        """A get() that never blocks. Returns ``(READY, item, None)``,
+        ``(CREATE, None, None)`` (capacity reserved: call :meth:`create`), or
+        ``(QUEUED, None, waiter)``: ``notify()`` will be called from some
+        thread once the waiter has an outcome; then call :meth:`claim`."""
+        with self._mutex:
+            if self._closed:
+                raise QueueClosed
+            if self._idle and (not self._fair or not self._waiters):
+                self.histogram.record_immediate()
+                return READY, self._idle.pop(), None
+            if self._created < self._capacity and (not self._fair or not self._waiters):
+                self._created += 1
+                self.histogram.record_immediate()
+                return CREATE, None, None
+            waiter = _Waiter(notify)
+            self._waiters.append(waiter)
+            return QUEUED, None, waiter
+
+    def claim(self, waiter: _Waiter) -> tuple[int, T | None]:
+        """The outcome of an enqueued wait, after its notify(): ``(READY,
+        item)``, ``(CREATE, None)``, or ``(QUEUED, None)`` if it must go on
+        waiting (unfair mode lost a race). Raises QueueClosed."""
+        with self._mutex:
+            state = waiter.state
+            if state == _CLOSED:
+                raise QueueClosed
+            if state == _NOTIFIED:
+                if not self._idle:
+                    waiter.state = _WAITING
+                    self._waiters.append(waiter)
+                    return QUEUED, None
+                item = self._idle.pop()
+            elif state == _GRANTED:
+                item = waiter.item  # type: ignore[assignment]
+            elif state == _CREATE:
+                item = None
+            else:
+                return QUEUED, None
+            self.histogram.record(time.monotonic() - waiter.started)
+        return (CREATE, None) if state == _CREATE else (READY, item)
+
+    def create(self) -> T:
+        """Open a resource for capacity reserved by enqueue()/claim()."""
+        return self._create()
 
     def put(self, item: T) -> None:
         """Give a resource back: straight to the longest waiter if any."""
         with self._mutex:
             if self._closed:
                 self._created -= 1
+                woken = None
             elif self._waiters:
-                w = self._waiters.popleft()
+                woken = self._waiters.popleft()
                 if self._fair:
-                    w.item = item
-                    w.state = _GRANTED
+                    woken.item = item
+                    woken.state = _GRANTED
                 else:
                     self._idle.append(item)
-                    w.state = _NOTIFIED
-                w.wake.release()
-                return
+                    woken.state = _NOTIFIED
             else:
                 self._idle.append(item)
                 return
-        self._discard(item)
+        if woken is None:
+            self._discard(item)  # closed meanwhile
+        else:
+            woken.signal()
+
+    def cancel(self, waiter: _Waiter) -> None:
+        """An enqueued waiter gives up: leave the queue, or pass on whatever
+        reached it meanwhile."""
+        self._abandon(waiter)
 
     def discard(self, item: T) -> None:
         """Drop a broken resource; its capacity goes to the longest waiter."""
-        with self._mutex:
-            self._created -= 1
-            if self._waiters and not self._closed:
-                self._created += 1
-                w = self._waiters.popleft()
-                w.state = _CREATE
-                w.wake.release()
+        self._pass_capacity()
         self._discard(item)
 
     def _discard(self, item: T) -> None:
@@ -256,7 +326,8 @@ class HandoffQueue(Generic[T]):
             self._created -= len(idle)
             for w in waiters:
                 w.state = _CLOSED
-                w.wake.release()
+        for w in waiters:
+            w.signal()
         for item in idle:
             self._discard(item)
 
@@ -298,6 +369,11 @@ class FairLock:
     @property
     def histogram(self) -> WaitHistogram:
         return self._q.histogram
+
+    @property
+    def queue(self) -> HandoffQueue[bool]:
+        """The underlying queue (the asyncio front waits on it without a thread)."""
+        return self._q
 
     def __repr__(self) -> str:
         return f"<FairLock {'held' if self.locked else 'free'} waiting={self.waiting}>"

@@ -85,6 +85,10 @@ def test_wal_stays_bounded_under_continuous_reads(tmp_path: Path) -> None:
     # Control, same run: no checkpoints at all. The WAL holds everything, which
     # shows this measurement can tell a growing WAL from a bounded one.
     unbounded = _load(str(tmp_path / "off.db"), checkpoints=False, writes=writes)
-    assert unbounded > 6_000_000
-    # 4 x 100 frames x 4 KiB is the TRUNCATE threshold; allow twice that.
-    assert bounded < 2 * 4 * 100 * 4096 + 200_000, (bounded, unbounded)
+    assert unbounded > 30_000_000
+    # The TRUNCATE threshold is 4 x 100 frames (1.6 MB); between rounds the
+    # WAL overshoots by what is written while old readers drain (2-4 MB here).
+    # 8 MB leaves room for a loaded CI machine and still fails a WAL that
+    # grows with the work: before the checkpointer waited for readers to drain,
+    # this same run reached 41 MB.
+    assert bounded < 8_000_000, (bounded, unbounded)

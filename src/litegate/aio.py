@@ -1,0 +1,333 @@
+"""litegate for asyncio.
+
+```python
+db = await litegate.aio.connect("app.db")
+rows = await db.query("SELECT ...", params)
+await db.execute("INSERT ...", params)   # group-committed across all waiting tasks
+async with db.write() as tx:             # the write gate held for the block
+    await tx.execute("UPDATE ...")
+async with db.read() as rx:              # one read snapshot for the block
+    rows = await rx.execute("SELECT ...")
+await db.close()
+```
+
+SQLite work never runs on the event loop's thread: statements run on a small
+thread pool, group commits on litegate's own threads. Waiting does not take a
+thread either: a task that waits for the write gate or a read connection sits
+in the same FIFO queue as threads do, on an asyncio future.
+
+Cancellation and timeouts:
+
+- a task cancelled (or timed out) while it waits for the gate or a
+  connection leaves the queue; whoever is behind it moves up, nobody else is
+  disturbed;
+- ``await db.execute()`` cancelled while its write still waits in the group
+  commit queue: the write is withdrawn and never happens. Cancelled once a
+  batch has taken it: the write is committed, or fails, with its batch as a
+  whole; cancelling does not undo it;
+- ``async with db.write()`` cancelled inside the block: the transaction is
+  rolled back, as for any exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ._batch import Request
+from ._database import Database, Params, WriteResult, _positive, _read_only
+from ._database import connect as _connect
+from ._errors import Closed, PoolTimeout, WriteTimeout
+from ._fair import CREATE, QUEUED, HandoffQueue, QueueClosed
+
+__all__ = ["AsyncDatabase", "connect"]
+
+T = TypeVar("T")
+_ASYNC_OWNER = -1  # writer_owner while an asyncio task holds the gate (no thread does)
+
+
+def _is_readonly(exc: sqlite3.Error) -> bool:
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF == 8  # SQLITE_READONLY
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def connect(path: Any, **kwargs: Any) -> AsyncDatabase:
+    """Open ``path`` like :func:`litegate.connect` (same arguments), off the loop."""
+    loop = asyncio.get_running_loop()
+    db = await loop.run_in_executor(None, functools.partial(_connect, path, **kwargs))
+    return AsyncDatabase(db)
+
+
+class AsyncDatabase:
+    """The asyncio face of a :class:`litegate.Database` (``.sync`` is that one)."""
+
+    def __init__(self, db: Database) -> None:
+        self.sync = db
+        self._pool = ThreadPoolExecutor(
+            max_workers=db._readers + 2, thread_name_prefix="litegate-aio"
+        )
+
+    def __repr__(self) -> str:
+        return f"<litegate.aio {self.sync!r}>"
+
+    # -- plumbing -------------------------------------------------------------
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _turn(self, q: HandoffQueue[Any], limit: float) -> tuple[int, Any]:
+        """Wait in ``q``'s FIFO queue on the loop (no thread): (READY, item) or
+        (CREATE, None). Raises TimeoutError, or QueueClosed."""
+        loop = asyncio.get_running_loop()
+        holder: list[asyncio.Future[None]] = [loop.create_future()]
+
+        def notify() -> None:  # any thread
+            loop.call_soon_threadsafe(_set_done, holder[0])
+
+        status, item, waiter = q.enqueue(notify)
+        if status != QUEUED:
+            return status, item
+        assert waiter is not None
+        deadline = None if math.isinf(limit) else loop.time() + limit
+        while True:
+            try:
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                await asyncio.wait_for(holder[0], remaining)
+            except BaseException:  # timeout or cancellation: leave the queue
+                q.cancel(waiter)
+                raise
+            holder[0] = loop.create_future()
+            status, item = q.claim(waiter)
+            if status != QUEUED:
+                return status, item
+
+    def _limit(self, timeout: float | None) -> float:
+        return self.sync.timeout if timeout is None else float(_positive("timeout", timeout))
+
+    # -- reads ----------------------------------------------------------------
+    async def query(
+        self, sql: str, params: Params = (), *, timeout: float | None = None
+    ) -> list[Any]:
+        """Run one read statement on a pooled read-only connection."""
+        state = self.sync._process_state()
+        limit = self._limit(timeout)
+        try:
+            status, conn = await self._turn(state.pool, limit)
+        except TimeoutError:
+            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
+        except QueueClosed:
+            raise Closed(f"database {self.sync.path!r} is closed") from None
+        # From here the thread owns the connection and always returns it, even
+        # if this task is cancelled meanwhile.
+        return await self._run(self._query_in_thread, state, conn if status != CREATE else None,
+                               sql, params)  # fmt: skip
+
+    def _query_in_thread(self, state: Any, conn: sqlite3.Connection | None, sql: str,
+                         params: Params) -> list[Any]:  # fmt: skip
+        if conn is None:
+            conn = state.pool.create()
+            assert conn is not None
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if _is_readonly(exc):
+                raise _read_only(exc) from exc
+            raise
+        finally:
+            self.sync._checkin(state, conn)
+
+    def read(self, timeout: float | None = None) -> _AsyncRead:
+        """``async with db.read() as rx``: ``await rx.execute(...)`` in one snapshot."""
+        return _AsyncRead(self, timeout)
+
+    # -- writes ---------------------------------------------------------------
+    async def execute(
+        self, sql: str, params: Params = (), *, timeout: float | None = None
+    ) -> WriteResult:
+        """One write statement, group-committed with every other waiting task
+        (and thread); returns after the COMMIT that holds it."""
+        return await self._submit(sql, params, False, timeout)
+
+    async def executemany(self, sql: str, seq: Iterable[Params], *,
+                          timeout: float | None = None) -> WriteResult:  # fmt: skip
+        return await self._submit(sql, list(seq), True, timeout)
+
+    async def _submit(
+        self, sql: str, params: Any, many: bool, timeout: float | None
+    ) -> WriteResult:
+        state = self.sync._process_state()
+        limit = self._limit(timeout)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def done(_req: Request) -> None:  # on the group-commit leader's thread
+            loop.call_soon_threadsafe(_set_done, fut)
+
+        req = Request(sql, params, many, on_done=done)
+        try:
+            state.batcher.submit(req)
+        except RuntimeError:
+            raise Closed(f"database {self.sync.path!r} is closed") from None
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), None if math.isinf(limit) else limit)
+        except TimeoutError:
+            if state.batcher.cancel(req):
+                raise WriteTimeout(
+                    f"no write gate within {limit:g} s: the write was still queued for group "
+                    "commit; raise timeout= or make write transactions shorter"
+                ) from None
+            await fut  # a batch has it: its outcome is ours, however late
+        except asyncio.CancelledError:
+            state.batcher.cancel(req)  # withdrawn if still queued; else it goes with its batch
+            raise
+        if req.error is not None:
+            raise req.error
+        assert req.result is not None
+        return WriteResult(*req.result)
+
+    def write(self, timeout: float | None = None) -> _AsyncWrite:
+        """``async with db.write() as tx``: the gate and ``BEGIN IMMEDIATE`` for
+        the block; ``await tx.execute(...)``; COMMIT on exit, ROLLBACK on error."""
+        return _AsyncWrite(self, timeout)
+
+    # -- the rest -------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return self.sync.stats()
+
+    async def close(self) -> None:
+        """Close the database (off the loop) and its threads. Safe to call twice."""
+        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+        self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncDatabase:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Tx:
+    """The connection of an ``async with`` block: statements run off the loop."""
+
+    def __init__(self, adb: AsyncDatabase, conn: sqlite3.Connection) -> None:
+        self._adb = adb
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Params = ()) -> WriteResult:
+        return await self._adb._run(self._exec, sql, params, False)
+
+    async def executemany(self, sql: str, seq: Iterable[Params]) -> WriteResult:
+        return await self._adb._run(self._exec, sql, list(seq), True)
+
+    def _exec(self, sql: str, params: Any, many: bool) -> WriteResult:
+        cur = self._conn.executemany(sql, params) if many else self._conn.execute(sql, params)
+        return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
+
+
+class _AsyncWrite:
+    def __init__(self, adb: AsyncDatabase, timeout: float | None) -> None:
+        self._adb = adb
+        self._timeout = timeout
+
+    async def __aenter__(self) -> _Tx:
+        adb, db = self._adb, self._adb.sync
+        state = db._process_state()
+        limit = adb._limit(self._timeout)
+        loop = asyncio.get_running_loop()
+        start = time.monotonic()
+        try:
+            await adb._turn(state.gate.queue, limit)
+        except TimeoutError:
+            state.gate_wait.record_timeout()
+            raise WriteTimeout(f"no write gate within {limit:g} s") from None
+        except QueueClosed:
+            raise Closed(f"database {db.path!r} is closed") from None
+        # The in-process gate is ours; the cross-process queue and BEGIN
+        # IMMEDIATE may block, so they run on a thread.
+        cf = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
+        try:
+            conn = await asyncio.shield(cf)
+        except asyncio.CancelledError:
+            # The thread may still get the gate for us: then give it back.
+            cf.add_done_callback(lambda f: self._undo(state, f))
+            raise
+        state.writer_owner = _ASYNC_OWNER
+        self._state, self._conn = state, conn
+        return _Tx(adb, conn)
+
+    def _undo(self, state: Any, f: asyncio.Future[sqlite3.Connection]) -> None:
+        if not f.cancelled() and f.exception() is None:
+            self._adb._pool.submit(self._adb.sync._end, state, f.result(), False)
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:  # fmt: skip
+        end = self._adb._run(self._adb.sync._end, self._state, self._conn, et is None)
+        await _finish_even_if_cancelled(end)
+
+
+class _AsyncRead:
+    def __init__(self, adb: AsyncDatabase, timeout: float | None) -> None:
+        self._adb = adb
+        self._timeout = timeout
+
+    async def __aenter__(self) -> _Tx:
+        adb, db = self._adb, self._adb.sync
+        state = db._process_state()
+        limit = adb._limit(self._timeout)
+        try:
+            status, conn = await adb._turn(state.pool, limit)
+        except TimeoutError:
+            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
+        except QueueClosed:
+            raise Closed(f"database {db.path!r} is closed") from None
+        work = adb._run(self._open, state, conn if status != CREATE else None)
+        self._state, self._conn = state, await _finish_even_if_cancelled(work, self._giveback)
+        return _Tx(adb, self._conn)
+
+    def _open(self, state: Any, conn: sqlite3.Connection | None) -> sqlite3.Connection:
+        if conn is None:
+            conn = state.pool.create()
+            assert conn is not None
+        conn.execute("BEGIN")
+        return conn
+
+    def _giveback(self, conn: sqlite3.Connection) -> None:
+        self._adb._pool.submit(self._adb.sync._checkin, self._adb.sync._process_state(), conn)
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:  # fmt: skip
+        await _finish_even_if_cancelled(
+            self._adb._run(self._adb.sync._checkin, self._state, self._conn)
+        )
+        if (
+            isinstance(ev, sqlite3.OperationalError)
+            and getattr(ev, "sqlite_errorcode", 0) & 0xFF == 8
+        ):
+            raise _read_only(ev) from ev
+
+
+async def _finish_even_if_cancelled(
+    work: Awaitable[T], on_abandoned: Callable[[T], None] | None = None
+) -> T:
+    """Await ``work`` to the end even if this task is cancelled meanwhile (the
+    thread finishes regardless; its result is cleaned up by ``on_abandoned``)."""
+    fut = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        if on_abandoned is not None:
+            cb = on_abandoned
+            fut.add_done_callback(
+                lambda f: cb(f.result()) if not f.cancelled() and f.exception() is None else None
+            )
+        raise

@@ -1,0 +1,281 @@
+"""The asyncio front: same behaviour as the sync API, never on the loop's
+thread, cancellation leaves queues cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+import litegate
+import litegate.aio
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coro)
+
+
+async def until(cond: Callable[[], bool], what: str = "condition") -> None:
+    for _ in range(10_000):
+        if cond():
+            return
+        await asyncio.sleep(0.001)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_api_round_trip(db_path: str) -> None:
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path, readers=2)
+        await db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        r = await db.execute("INSERT INTO t(v) VALUES (?)", ("a",))
+        assert (r.rowcount, r.lastrowid) == (1, 1)
+        r = await db.executemany("INSERT INTO t(v) VALUES (?)", [("b",), ("c",)])
+        assert r.rowcount == 2
+        assert await db.query("SELECT v FROM t ORDER BY id") == [("a",), ("b",), ("c",)]
+        async with db.write() as tx:
+            (n,) = (await tx.execute("SELECT count(*) FROM t")).rows[0]
+            await tx.execute("INSERT INTO t(v) VALUES (?)", (f"n{n}",))
+
+        async def fail_inside() -> None:
+            async with db.write() as tx:
+                await tx.execute("INSERT INTO t(v) VALUES ('rolled back')")
+                raise ZeroDivisionError
+
+        with pytest.raises(ZeroDivisionError):
+            await fail_inside()
+        async with db.read() as rx:
+            assert (await rx.execute("SELECT count(*) FROM t")).rows == [(4,)]
+        with pytest.raises(litegate.ReadOnlyError):
+            await db.query("DELETE FROM t")
+        with pytest.raises(litegate.ReadOnlyError):
+            async with db.read() as rx:
+                await rx.execute("DELETE FROM t")
+        with pytest.raises(sqlite3.IntegrityError):
+            await db.execute("INSERT INTO t(v) VALUES (NULL)")
+        assert db.stats()["writes"]["committed"] >= 4
+        await db.close()
+        await db.close()
+        with pytest.raises(litegate.Closed):
+            await db.query("SELECT 1")
+        with pytest.raises(litegate.Closed):
+            await db.execute("SELECT 1")
+
+    run(main())
+
+
+def test_sqlite_never_runs_on_the_loop_thread(db_path: str) -> None:
+    threads: set[int] = set()
+
+    def trace(conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+        return conn
+
+    async def main() -> int:
+        db = await litegate.aio.connect(db_path, readers=2)
+        state = db.sync._process_state()
+        assert state.writer is not None
+        trace(state.writer)
+        opener = state.pool._factory
+        state.pool._factory = lambda: trace(opener())
+        await db.execute("CREATE TABLE t(v)")
+        await asyncio.gather(*(db.execute("INSERT INTO t VALUES (?)", (i,)) for i in range(200)))
+        await asyncio.gather(*(db.query("SELECT count(*) FROM t") for _ in range(20)))
+        async with db.write() as tx:
+            await tx.execute("INSERT INTO t VALUES (-1)")
+        async with db.read() as rx:
+            await rx.execute("SELECT 1")
+        await db.close()
+        return threading.get_ident()
+
+    loop_thread = run(main())
+    assert threads, "the trace saw no statement"
+    assert loop_thread not in threads
+
+
+def test_many_tasks_are_group_committed(db_path: str) -> None:
+    async def main() -> dict[str, Any]:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        results = await asyncio.gather(
+            *(db.execute("INSERT INTO t VALUES (?)", (i,)) for i in range(1000))
+        )
+        assert sorted(r.lastrowid or 0 for r in results) == list(range(1, 1001))
+        assert await db.query("SELECT count(*) FROM t") == [(1000,)]
+        stats: dict[str, Any] = db.stats()["writes"]["group_commit"]
+        await db.close()
+        return stats
+
+    gc = run(main())
+    assert gc["statements"] == 1001
+    assert gc["max"] > 1  # tasks really shared transactions
+
+
+def test_cancelled_gate_waiter_leaves_the_queue(db_path: str) -> None:
+    async def main() -> list[str]:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        order: list[str] = []
+        held, leave = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with db.sync.write():
+                held.set()
+                leave.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+
+        async def writer(name: str) -> None:
+            async with db.write() as tx:
+                order.append(name)
+                await tx.execute("INSERT INTO t VALUES (?)", (name,))
+
+        gate = db.sync._process_state().gate
+        tasks = {}
+        for n, name in enumerate(("first", "cancelled", "third"), start=1):
+            tasks[name] = asyncio.create_task(writer(name))
+            await until(lambda n=n: gate.waiting == n, f"{name} to queue")  # type: ignore[misc]
+        tasks["cancelled"].cancel()
+        await until(lambda: gate.waiting == 2, "the cancelled task to leave the queue")
+        leave.set()
+        await asyncio.gather(tasks["first"], tasks["third"])
+        with pytest.raises(asyncio.CancelledError):
+            await tasks["cancelled"]
+        holder.join()
+        assert await db.query("SELECT v FROM t") == [("first",), ("third",)]
+        await db.close()
+        return order
+
+    assert run(main()) == ["first", "third"]
+
+
+def test_cancelled_execute_while_queued_is_withdrawn(db_path: str) -> None:
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        held, leave = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with db.sync.write():
+                held.set()
+                leave.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+        batcher = db.sync._process_state().batcher
+        kept = asyncio.create_task(db.execute("INSERT INTO t VALUES ('kept')"))
+        await until(lambda: batcher.queued == 1)
+        dropped = asyncio.create_task(db.execute("INSERT INTO t VALUES ('dropped')"))
+        await until(lambda: batcher.queued == 2)
+        dropped.cancel()
+        await until(lambda: batcher.queued == 1, "the cancelled write to be withdrawn")
+        leave.set()
+        await kept
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        holder.join()
+        assert await db.query("SELECT v FROM t") == [("kept",)]
+        await db.close()
+
+    run(main())
+
+
+def test_timeouts(db_path: str) -> None:
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path, readers=1)
+        await db.execute("CREATE TABLE t(v)")
+        async with db.write():
+            with pytest.raises(litegate.WriteTimeout):
+                await db.execute("INSERT INTO t VALUES (1)", timeout=0.05)
+            with pytest.raises(litegate.WriteTimeout):
+                async with db.write(timeout=0.05):
+                    pass
+        async with db.read():
+            with pytest.raises(litegate.PoolTimeout):
+                await db.query("SELECT 1", timeout=0.05)
+        assert await db.query("SELECT count(*) FROM t") == [(0,)]
+        assert db.stats()["gate"]["waiting"] == 0
+        assert db.stats()["pool"]["waiting"] == 0
+        await db.close()
+
+    run(main())
+
+
+def test_cancel_inside_write_block_rolls_back(db_path: str) -> None:
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        inside = asyncio.Event()
+
+        async def body() -> None:
+            async with db.write() as tx:
+                await tx.execute("INSERT INTO t VALUES ('never')")
+                inside.set()
+                await asyncio.sleep(60)
+
+        task = asyncio.create_task(body())
+        await inside.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await db.query("SELECT count(*) FROM t") == [(0,)]
+        await db.execute("INSERT INTO t VALUES ('after')")  # the gate was given back
+        await db.close()
+
+    run(main())
+
+
+SCENARIO = [
+    ("execute", "INSERT INTO t(v) VALUES ('a')"),
+    ("execute", "INSERT INTO t(v) VALUES (NULL)"),
+    ("execute", "INSRT broken"),
+    ("query", "SELECT v FROM t"),
+    ("query", "DELETE FROM t"),
+    ("execute", "COMMIT"),
+]
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return type(exc)
+
+
+async def _aoutcome(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except Exception as exc:
+        return type(exc)
+
+
+def test_same_behaviour_sync_and_async(tmp_path: Any) -> None:
+    create = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL)"
+    sdb = litegate.connect(str(tmp_path / "s.db"))
+    sdb.execute(create)
+    sync_out = [
+        _outcome(lambda k=k, q=q: sdb.execute(q) if k == "execute" else sdb.query(q))  # type: ignore[misc]
+        for k, q in SCENARIO
+    ]
+    sdb.close()
+
+    async def main() -> list[Any]:
+        adb = await litegate.aio.connect(str(tmp_path / "a.db"))
+        await adb.execute(create)
+        out = []
+        for k, q in SCENARIO:
+            out.append(await _aoutcome(adb.execute(q) if k == "execute" else adb.query(q)))
+        await adb.close()
+        return out
+
+    async_out = run(main())
+    assert sync_out == async_out
+    assert sync_out[1] is sqlite3.IntegrityError
+    assert sync_out[4] is litegate.ReadOnlyError
+    assert sync_out[5] is ValueError
