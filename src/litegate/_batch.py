@@ -41,8 +41,16 @@ _PENDING, _TAKEN, _LEAD, _DONE = range(4)
 _TX_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
+_TX_SEEN: dict[str, bool] = {}
+
+
 def is_transaction_control(sql: str) -> bool:
-    return sql.lstrip()[:9].upper().startswith(_TX_CONTROL)
+    known = _TX_SEEN.get(sql)
+    if known is None:
+        known = sql.lstrip()[:9].upper().startswith(_TX_CONTROL)
+        if len(_TX_SEEN) < 4096:  # statements repeat; a bounded memo is enough
+            _TX_SEEN[sql] = known
+    return known
 
 
 def _copy_for_member(exc: BaseException) -> BaseException:

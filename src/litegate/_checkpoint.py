@@ -35,6 +35,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -68,6 +69,9 @@ class Checkpointer:
         self.truncate = WaitHistogram()  # durations of TRUNCATE checkpoints
         self.truncate_skipped = 0
         self.patience = self.TRUNCATE_PATIENCE
+        # (kind, perf_counter start, seconds) of recent checkpoints, so a
+        # benchmark can tell whether a slow write overlapped one.
+        self.events: deque[tuple[str, float, float]] = deque(maxlen=10_000)
         self.errors = 0
         self.last: tuple[int, int, int] | None = None  # (busy, log frames, copied)
         self._thread = threading.Thread(target=self._run, name="litegate-checkpointer", daemon=True)
@@ -107,6 +111,7 @@ class Checkpointer:
             t0 = time.perf_counter()
             row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             self.passive.record(time.perf_counter() - t0)
+            self.events.append(("passive", t0, time.perf_counter() - t0))
             busy, log, copied = int(row[0]), int(row[1]), int(row[2])
             self.last = (busy, log, copied)
             if log >= self.truncate_frames:
@@ -122,6 +127,7 @@ class Checkpointer:
                             break
                         time.sleep(0.0005)  # a reader is still on the old log
                     self.truncate.record(time.perf_counter() - t0)
+                    self.events.append(("truncate", t0, time.perf_counter() - t0))
                     self.last = (int(row[0]), int(row[1]), int(row[2]))
                     if int(row[0]) != 0:
                         self.truncate_skipped += 1

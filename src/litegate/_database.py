@@ -101,7 +101,9 @@ class _ProcessState:
         self.writer_pragmas: dict[str, object] = {}
         self.reader_pragmas: dict[str, object] | None = None
         self.batcher = GroupCommit(
-            lambda timeout: db._begin(timeout)[1],
+            lambda timeout: db._begin_for(
+                self, threading.get_ident(), db.timeout if timeout is None else timeout
+            )[1],
             lambda conn, commit: db._end(self, conn, commit),
             lambda conn: db._begin_again(self, conn),
             db._write_timeout,
@@ -324,6 +326,12 @@ class Database:
                 "db.write() gave you"
             )
         limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        return self._begin_for(state, me, limit)
+
+    def _begin_for(
+        self, state: _ProcessState, me: int, limit: float
+    ) -> tuple[_ProcessState, sqlite3.Connection]:
+        """_begin with a limit already checked (the group-commit leader's)."""
         start = time.monotonic()
         deadline = start + limit
         wait = None if math.isinf(limit) else limit
@@ -366,7 +374,7 @@ class Database:
             state.gate_wait.record_timeout()
             state.gate.release()
             raise
-        state.gate_wait.record(time.monotonic() - start)
+        state.gate_wait.record_exclusive(time.monotonic() - start)  # we hold the gate
         return conn
 
     def _begin_immediate(

@@ -43,6 +43,17 @@ class WaitHistogram:
             if seconds > self.max:
                 self.max = seconds
 
+    def record_exclusive(self, seconds: float) -> None:
+        """``record`` for a caller that already excludes every other recorder
+        (the write gate's holder): same result, no lock."""
+        us = seconds * 1e6
+        idx = -1 if us < 1.0 else int(math.log2(us) * _SUB)
+        self._buckets[idx] = self._buckets.get(idx, 0) + 1
+        self.count += 1
+        self.total += seconds
+        if seconds > self.max:
+            self.max = seconds
+
     def record_timeout(self) -> None:
         with self._lock:
             self.timeouts += 1
