@@ -148,7 +148,7 @@ class Database:
         self._checkpoint_every = int(pragmas.get("wal_autocheckpoint", 1000)) or 1000
         if checkpoints:
             pragmas = {**pragmas, "wal_autocheckpoint": 0}
-            pragmas.setdefault("journal_size_limit", 4 * self._checkpoint_every * 4096)
+            pragmas.setdefault("journal_size_limit", 8 * self._checkpoint_every * 4096)
         self.profile = profile
         self.timeout = timeout
         self._readers = readers
@@ -185,7 +185,7 @@ class Database:
                         lambda: self._open_checkpoint_conn(state),
                         lambda timeout: self._gate_only(state, timeout),
                         every_commits=self._checkpoint_every,
-                        truncate_frames=4 * self._checkpoint_every,
+                        restart_frames=4 * self._checkpoint_every,
                     )
             return self._state
 

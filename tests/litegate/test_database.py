@@ -114,7 +114,7 @@ def test_stats_report_what_is_in_force(db_path: str) -> None:
     # connection, the profile's value drives the background thread instead
     assert w["wal_autocheckpoint"] == 0
     assert s["checkpoints"]["every_commits"] == 500
-    assert w["journal_size_limit"] == 4 * 500 * 4096
+    assert w["journal_size_limit"] == 8 * 500 * 4096
     assert w["busy_timeout"] == 0  # the writer never sleeps inside SQLite
     assert s["pragmas"]["readers"]["busy_timeout"] == 10000
     assert s["pragmas"]["readers"]["query_only"] == 1
