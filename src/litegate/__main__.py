@@ -1,6 +1,6 @@
 """``litegate`` / ``python -m litegate``: the command line.
 
-Today it has one command, ``bench``, the lab. The lab lives in
+Today it has one command, ``bench``, the lab (``litegate bench --help``). The lab lives in
 :mod:`litegate.lab` and needs the ``lab`` extra; it is imported only when
 asked for, so ``import litegate`` never pays for it.
 """
@@ -24,8 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     sub.add_parser(
         "bench",
-        help="run a lab experiment: contention (seed 000), fairness (seed 001); "
-        "'litegate bench --help' for more",
+        help="run a lab experiment (the seeds); 'litegate bench --help' lists them",
         add_help=False,
     )
     return parser

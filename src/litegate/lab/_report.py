@@ -1,0 +1,119 @@
+"""Output of a lab run: tables in the seeds' own format, the JSON file with
+every raw figure, and where the files go."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import sqlite3
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import litegate
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    align: Literal["left", "right", "center"] = "right"
+
+
+def seed_table(columns: Sequence[Column], groups: Sequence[Sequence[Sequence[str]]]) -> str:
+    """A table like seed 000's: centred titles, cells padded by two spaces
+    and separated by ``|``, a blank line between groups of rows."""
+    widths = [len(c.title) for c in columns]
+    for rows in groups:
+        for row in rows:
+            if len(row) != len(columns):
+                raise ValueError(f"row has {len(row)} cells for {len(columns)} columns: {row!r}")
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str], header: bool) -> str:
+        parts = []
+        for col, cell, w in zip(columns, cells, widths, strict=False):
+            if header or col.align == "center":
+                parts.append(f"  {cell.center(w)}  ")
+            elif col.align == "left":
+                parts.append(f"  {cell.ljust(w)}  ")
+            else:
+                parts.append(f"  {cell.rjust(w)}  ")
+        return "|".join(parts).rstrip()
+
+    out = [line([c.title for c in columns], header=True)]
+    for i, rows in enumerate(groups):
+        if i and rows:
+            out.append("")
+        out.extend(line(row, header=False) for row in rows)
+    return "\n".join(out)
+
+
+def fmt_ms(value: float | None, decimals: int = 0) -> str:
+    """Milliseconds for a table cell; ``-`` when missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if decimals == 0:
+        return str(round(value))
+    return f"{value:.{decimals}f}"
+
+
+def fmt_pct(fraction: float | None) -> str:
+    """A CV (a fraction) as a percentage, one decimal below 10 %; ``-`` when
+    undefined (one run)."""
+    if fraction is None:
+        return "-"
+    pct = 100.0 * fraction
+    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def environment() -> dict[str, Any]:
+    """What ran the experiment, stored in every JSON file."""
+    return {
+        "litegate": litegate.__version__,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "argv": list(sys.argv),
+    }
+
+
+def timestamp() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def out_dir(out: str | None, experiment: str, stamp: str) -> Path:
+    """``--out DIR`` as given, else ``./results/<experiment>-<timestamp>/``."""
+    path = Path(out) if out else Path("results") / f"{experiment}-{stamp}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(_clean(result), indent=1, allow_nan=False)
+
+
+def write_json(path: Path, result: dict[str, Any]) -> Path:
+    path.write_text(to_json(result) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,87 @@
+"""Table formatting, JSON output and the progress display."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from litegate.lab._progress import Progress
+from litegate.lab._report import (
+    Column,
+    fmt_ms,
+    fmt_pct,
+    out_dir,
+    seed_table,
+    to_json,
+    write_json,
+)
+
+
+def test_seed_table_layout() -> None:
+    cols = [Column("MODE", "center"), Column("CONTENTION", "left"), Column("PARENT")]
+    text = seed_table(cols, [[["constant", "6 (4/2/0)", "0"]], [["constant", "7 (4/2/1)", "1071"]]])
+    lines = text.splitlines()
+    assert lines[0] == "    MODE    |  CONTENTION  |  PARENT"
+    assert lines[1] == "  constant  |  6 (4/2/0)   |       0"
+    assert lines[2] == ""  # a blank line between groups, as in the seed
+    assert lines[3] == "  constant  |  7 (4/2/1)   |    1071"
+
+
+def test_seed_table_rejects_ragged_rows() -> None:
+    with pytest.raises(ValueError, match="2 cells for 1 columns"):
+        seed_table([Column("A")], [[["x", "y"]]])
+
+
+def test_fmt_ms() -> None:
+    assert fmt_ms(None) == "-"
+    assert fmt_ms(math.nan) == "-"
+    assert fmt_ms(12.6) == "13"
+    assert fmt_ms(-3.25, 1) == "-3.2"
+    assert fmt_pct(None) == "-"
+    assert fmt_pct(0.0012) == "0.1%"
+    assert fmt_pct(0.25) == "25%"
+
+
+def test_json_has_no_nan(tmp_path: Path) -> None:
+    data = {"a": math.nan, "b": [math.inf, 1.5], "c": {1: tmp_path}}
+    parsed = json.loads(to_json(data))
+    assert parsed == {"a": None, "b": [None, 1.5], "c": {"1": str(tmp_path)}}
+    path = write_json(tmp_path / "x.json", data)
+    assert json.loads(path.read_text()) == parsed
+
+
+def test_out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = out_dir(str(tmp_path / "a" / "b"), "fairness", "stamp")
+    assert given == tmp_path / "a" / "b"
+    assert given.is_dir()
+    monkeypatch.chdir(tmp_path)
+    default = out_dir(None, "fairness", "20260101-000000")
+    assert default == Path("results") / "fairness-20260101-000000"
+    assert (tmp_path / default).is_dir()
+
+
+def test_progress_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert Progress.wanted(Tty(), json_mode=False, disabled=False)
+    assert not Progress.wanted(Tty(), json_mode=True, disabled=False)
+    assert not Progress.wanted(Tty(), json_mode=False, disabled=True)
+    assert not Progress.wanted(io.StringIO(), json_mode=False, disabled=False)
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_progress_counts(enabled: bool) -> None:
+    with Progress(4, "x", enabled=enabled) as p:
+        assert p.enabled is enabled
+        p.total = 10
+        p.describe("step")
+        p.advance()
+        p.advance(2)
+        p.set_done(5)
+    assert (p.total, p.done, p.description) == (10, 5, "step")
