@@ -1,0 +1,692 @@
+"""``litegate bench micro``: seed 002's micro-benchmarks and write throughput.
+
+Part 1, latency per operation (seed 002's workloads), litegate next to plain
+``sqlite3`` on the same machine in the same run, each on a fresh database:
+
+- ``single_insert``: one-row INSERT, its own transaction
+  (``db.execute`` / a stdlib connection in autocommit mode);
+- ``merge_rounds``: a 100-row ``INSERT OR REPLACE`` batch in one transaction
+  (``db.executemany`` / ``BEGIN``; ``executemany``; ``COMMIT``);
+- ``noop_execute``: ``UPDATE … WHERE 1 = 0``, a write that changes nothing:
+  the regression tell for the write path (seed 002: if a no-op regresses, the
+  per-operation cost is real);
+- ``noop_select``: ``SELECT … WHERE 1 = 0``, the same tell for reads;
+- ``point_query``: one row by primary key (``db.query`` through the pool).
+
+p50/p90/p99/max in microseconds. ``--runs N`` gives the median of each
+percentile across runs and its coefficient of variation (never trust one
+run's p99 or max). ``--compare A B`` runs two litegate configurations instead
+(say ``checkpoints=true`` against ``checkpoints=false``, or
+``profile=balanced`` against ``profile=aggressive``) and marks every delta
+inside the noise band.
+
+Part 2, write throughput, each scenario against its own baseline in the same
+run:
+
+- ``durable``: ``synchronous=FULL`` (profile ``conservative``); 32 threads
+  calling ``db.execute`` against one transaction per write behind a mutex;
+- ``asyncio``: 1,000 tasks awaiting one-row writes through ``litegate.aio``
+  against one transaction per write on one connection thread (the aiosqlite
+  pattern);
+- ``threads``: ``synchronous=NORMAL``, 8 threads calling ``db.execute``
+  against 8 threads sharing a mutex and one transaction per write, and
+  against one thread alone.
+
+Part 3, the single-insert tail: 100,000 inserts in a row with the
+background checkpointer on; the slowest ones are matched against what
+overlapped them (a Python garbage collection, a checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import litegate
+import litegate.aio
+
+from ._progress import Progress
+from ._report import Column, fmt_pct, seed_table
+from ._stats import compare, describe, summarise
+
+NAME = "micro"
+HELP = "seed 002: per-operation latency vs plain sqlite3, write throughput, insert tail"
+
+WORKLOADS = ("single_insert", "merge_rounds", "noop_execute", "noop_select", "point_query")
+FIGURES = ("p50", "p90", "p99", "max")
+ROWS = 10_000  # rows in the table the reads and merges work on
+
+
+@dataclass
+class Config:
+    ops: int = 20_000  # measured operations per workload and side
+    warmup: int = 500
+    runs: int = 1
+    tail_inserts: int = 100_000
+    durable_writes: int = 150  # per thread, 32 threads
+    async_writes: int = 20  # per task, 1,000 tasks
+    thread_writes: int = 2_500  # per thread, 8 threads
+    compare: tuple[str, str] | None = None
+    parts: tuple[str, ...] = ("latency", "throughput", "tail")
+    noise_k: float = 2.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_setting(text: str) -> dict[str, Any]:
+    """``"checkpoints=false,profile=aggressive"`` -> connect() keyword arguments."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {part!r}")
+        value: Any = raw.strip()
+        low = value.lower()
+        if low in ("true", "on", "yes"):
+            value = True
+        elif low in ("false", "off", "no"):
+            value = False
+        else:
+            try:
+                value = int(value)
+            except ValueError:
+                with suppress(ValueError):
+                    value = float(value)
+        out[key.strip()] = value
+    return out
+
+
+# -- part 1: latency ---------------------------------------------------------
+
+
+@contextmanager
+def fresh_dir() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="litegate-micro-") as d:
+        yield d
+
+
+def _setup(conn_execute: Callable[..., Any]) -> None:
+    conn_execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn_execute("CREATE TABLE m(id INTEGER PRIMARY KEY, v TEXT)")
+
+
+def _timed(fn: Callable[[int], Any], n: int, warmup: int) -> list[float]:
+    for i in range(warmup):
+        fn(i)
+    out = [0.0] * n
+    clock = time.perf_counter_ns
+    for i in range(n):
+        t0 = clock()
+        fn(i)
+        out[i] = (clock() - t0) / 1000.0  # microseconds
+    return out
+
+
+def _litegate_ops(db: litegate.Database) -> dict[str, Callable[[int], Any]]:
+    merge = [(i, f"m{i}") for i in range(100)]
+    return {
+        "single_insert": lambda i: db.execute("INSERT INTO t(v) VALUES (?)", ("x",)),
+        "merge_rounds": lambda i: db.executemany(
+            "INSERT OR REPLACE INTO m(id, v) VALUES (?, ?)", merge
+        ),
+        "noop_execute": lambda i: db.execute("UPDATE t SET v = 'y' WHERE 1 = 0"),
+        "noop_select": lambda i: db.query("SELECT v FROM t WHERE 1 = 0"),
+        "point_query": lambda i: db.query("SELECT v FROM t WHERE id = ?", (i % ROWS + 1,)),
+    }
+
+
+def _sqlite_ops(conn: sqlite3.Connection) -> dict[str, Callable[[int], Any]]:
+    merge = [(i, f"m{i}") for i in range(100)]
+
+    def merge_round(i: int) -> None:
+        conn.execute("BEGIN")
+        conn.executemany("INSERT OR REPLACE INTO m(id, v) VALUES (?, ?)", merge)
+        conn.execute("COMMIT")
+
+    return {
+        "single_insert": lambda i: conn.execute("INSERT INTO t(v) VALUES (?)", ("x",)),
+        "merge_rounds": merge_round,
+        "noop_execute": lambda i: conn.execute("UPDATE t SET v = 'y' WHERE 1 = 0"),
+        "noop_select": lambda i: conn.execute("SELECT v FROM t WHERE 1 = 0").fetchall(),
+        "point_query": lambda i: conn.execute(
+            "SELECT v FROM t WHERE id = ?", (i % ROWS + 1,)
+        ).fetchall(),
+    }
+
+
+def _open_sqlite(path: str) -> sqlite3.Connection:
+    """Plain stdlib, set up like litegate's default profile (WAL, NORMAL)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for pragma in (
+        "journal_mode = WAL",
+        "synchronous = NORMAL",
+        "cache_size = -20000",
+        "temp_store = MEMORY",
+        "foreign_keys = ON",
+    ):
+        conn.execute(f"PRAGMA {pragma}")
+    return conn
+
+
+def run_latency_side(
+    side: str, settings: dict[str, Any], cfg: Config
+) -> dict[str, dict[str, float]]:
+    """One side (``sqlite3`` or a litegate configuration), every workload, on
+    a fresh database each."""
+    out: dict[str, dict[str, float]] = {}
+    for workload in WORKLOADS:
+        with fresh_dir() as d:
+            path = os.path.join(d, "micro.db")
+            if side == "sqlite3":
+                conn = _open_sqlite(path)
+                _setup(conn.execute)
+                conn.executemany("INSERT INTO t(v) VALUES (?)", [("x",)] * ROWS)
+                samples = _timed(_sqlite_ops(conn)[workload], cfg.ops, cfg.warmup)
+                conn.close()
+            else:
+                db = litegate.connect(path, **settings)
+                _setup(db.execute)
+                db.executemany("INSERT INTO t(v) VALUES (?)", [("x",)] * ROWS)
+                samples = _timed(_litegate_ops(db)[workload], cfg.ops, cfg.warmup)
+                db.close()
+        out[workload] = describe(samples)
+    return out
+
+
+# -- part 2: throughput --------------------------------------------------------
+
+
+def _threads(n: int, body: Callable[[int], None]) -> float:
+    """Run ``body(k)`` on n threads started together; wall seconds."""
+    start = threading.Barrier(n + 1)
+    errors: list[BaseException] = []
+
+    def wrap(k: int) -> None:
+        start.wait()
+        try:
+            body(k)
+        except BaseException as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=wrap, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def _mutex_writer(path: str, synchronous: str) -> tuple[sqlite3.Connection, Callable[[], None]]:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS w(id INTEGER PRIMARY KEY, v TEXT)")
+    lock = threading.Lock()
+
+    def write_one() -> None:
+        with lock:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO w(v) VALUES ('x')")
+            conn.execute("COMMIT")
+
+    return conn, write_one
+
+
+def _count(path: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
+
+
+def throughput_threads(
+    threads: int, per_thread: int, profile: str, synchronous: str
+) -> dict[str, float]:
+    """litegate (``db.execute`` from n threads) against a mutex around one
+    transaction per write; writes per second, each on a fresh database."""
+    total = threads * per_thread
+    with fresh_dir() as d:
+        path = os.path.join(d, "lg.db")
+        db = litegate.connect(path, profile=profile, timeout=60)
+        db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+
+        def lg(k: int) -> None:
+            for _ in range(per_thread):
+                db.execute("INSERT INTO w(v) VALUES ('x')")
+
+        lg_s = _threads(threads, lg)
+        batches = db.stats()["writes"]["group_commit"]
+        db.close()
+        assert _count(path) == total
+    with fresh_dir() as d:
+        path = os.path.join(d, "mutex.db")
+        conn, write_one = _mutex_writer(path, synchronous)
+
+        def mx(k: int) -> None:
+            for _ in range(per_thread):
+                write_one()
+
+        mx_s = _threads(threads, mx)
+        conn.close()
+        assert _count(path) == total
+    return {
+        "writes": total,
+        "litegate_per_s": total / lg_s,
+        "baseline_per_s": total / mx_s,
+        "ratio": mx_s / lg_s,
+        "batch_mean": float(batches["mean"]),
+    }
+
+
+def throughput_single(writes: int, synchronous: str) -> float:
+    """One thread, one transaction per write, no lock: the raw rate."""
+    with fresh_dir() as d:
+        path = os.path.join(d, "single.db")
+        conn, write_one = _mutex_writer(path, synchronous)
+        t0 = time.perf_counter()
+        for _ in range(writes):
+            write_one()
+        elapsed = time.perf_counter() - t0
+        conn.close()
+    return writes / elapsed
+
+
+def throughput_asyncio(tasks: int, per_task: int) -> dict[str, float]:
+    """1,000 tasks: litegate.aio against one connection thread, one
+    transaction per write (how aiosqlite runs every statement)."""
+    total = tasks * per_task
+
+    async def with_litegate(path: str) -> float:
+        db = await litegate.aio.connect(path, timeout=120)
+        await db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+
+        async def task() -> None:
+            for _ in range(per_task):
+                await db.execute("INSERT INTO w(v) VALUES ('x')")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(task() for _ in range(tasks)))
+        elapsed = time.perf_counter() - t0
+        await db.close()
+        return elapsed
+
+    async def with_one_thread(path: str) -> float:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+        thread = ThreadPoolExecutor(max_workers=1)
+        loop = asyncio.get_running_loop()
+
+        def write_one() -> None:
+            conn.execute("INSERT INTO w(v) VALUES ('x')")  # autocommit: one transaction
+
+        async def task() -> None:
+            for _ in range(per_task):
+                await loop.run_in_executor(thread, write_one)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(task() for _ in range(tasks)))
+        elapsed = time.perf_counter() - t0
+        thread.shutdown()
+        conn.close()
+        return elapsed
+
+    with fresh_dir() as d:
+        lg_s = asyncio.run(with_litegate(os.path.join(d, "lg.db")))
+        assert _count(os.path.join(d, "lg.db")) == total
+    with fresh_dir() as d:
+        base_s = asyncio.run(with_one_thread(os.path.join(d, "one.db")))
+        assert _count(os.path.join(d, "one.db")) == total
+    return {
+        "writes": total,
+        "litegate_per_s": total / lg_s,
+        "baseline_per_s": total / base_s,
+        "ratio": base_s / lg_s,
+    }
+
+
+# -- part 3: the insert tail -------------------------------------------------------
+
+
+def run_tail(n: int, warmup: int) -> dict[str, Any]:
+    """``n`` single inserts in a row, checkpointer on; the slowest matched
+    against garbage collections and checkpoints that overlapped them."""
+    gcs: list[tuple[float, float]] = []
+    gc_start: list[float] = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gcs.append((gc_start[0], time.perf_counter() - gc_start[0]))
+
+    with fresh_dir() as d:
+        db = litegate.connect(os.path.join(d, "tail.db"))
+        db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        for _ in range(warmup):
+            db.execute("INSERT INTO t(v) VALUES ('x')")
+        starts = [0.0] * n
+        lat = [0.0] * n
+        clock = time.perf_counter
+        gc.callbacks.append(on_gc)
+        try:
+            for i in range(n):
+                t0 = clock()
+                db.execute("INSERT INTO t(v) VALUES ('x')")
+                starts[i] = t0
+                lat[i] = clock() - t0
+        finally:
+            gc.callbacks.remove(on_gc)
+        state = db._process_state()
+        events = list(state.checkpointer.events) if state.checkpointer else []
+        ckpt = db.stats()["checkpoints"]
+        db.close()
+
+    def overlaps(t0: float, dur: float) -> list[str]:
+        t1 = t0 + dur
+        found = [f"gc {d * 1e3:.2f} ms" for s, d in gcs if s < t1 and s + d > t0]
+        found += [
+            f"{kind} checkpoint {d * 1e3:.2f} ms" for kind, s, d in events if s < t1 and s + d > t0
+        ]
+        return found or ["nothing recorded (scheduler, page cache, Python)"]
+
+    slowest = sorted(range(n), key=lat.__getitem__, reverse=True)[:5]
+    us = [x * 1e6 for x in lat]
+    return {
+        **describe(us),
+        "slowest": [{"us": us[i], "made_of": overlaps(starts[i], lat[i])} for i in slowest],
+        "gc_count": len(gcs),
+        "checkpoints": ckpt,
+    }
+
+
+# -- the experiment --------------------------------------------------------------------
+
+
+def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
+    progress = progress or Progress(0)
+    sides: list[tuple[str, dict[str, Any]]]
+    if cfg.compare:
+        sides = [
+            (f"A: {cfg.compare[0]}", parse_setting(cfg.compare[0])),
+            (f"B: {cfg.compare[1]}", parse_setting(cfg.compare[1])),
+        ]
+    else:
+        sides = [("sqlite3", {}), ("litegate", {})]
+    steps = 0
+    if "latency" in cfg.parts:
+        steps += cfg.runs * len(sides)
+    if "throughput" in cfg.parts:
+        steps += cfg.runs * 3
+    if "tail" in cfg.parts:
+        steps += 1
+    progress.total = float(steps)
+    runs: list[dict[str, Any]] = []
+    for run_no in range(1, cfg.runs + 1):
+        one: dict[str, Any] = {}
+        if "latency" in cfg.parts:
+            one["latency"] = {}
+            for name, settings in sides:  # interleaved per run: drift hits both sides
+                progress.describe(f"run {run_no}/{cfg.runs}: latency, {name}")
+                one["latency"][name] = run_latency_side(
+                    "sqlite3" if name == "sqlite3" else "litegate", settings, cfg
+                )
+                progress.advance()
+        if "throughput" in cfg.parts:
+            one["throughput"] = {}
+            progress.describe(f"run {run_no}/{cfg.runs}: durable, 32 threads")
+            one["throughput"]["durable"] = throughput_threads(
+                32, cfg.durable_writes, "conservative", "FULL"
+            )
+            progress.advance()
+            progress.describe(f"run {run_no}/{cfg.runs}: asyncio, 1,000 tasks")
+            one["throughput"]["asyncio"] = throughput_asyncio(1000, cfg.async_writes)
+            progress.advance()
+            progress.describe(f"run {run_no}/{cfg.runs}: 8 threads, synchronous=NORMAL")
+            t = throughput_threads(8, cfg.thread_writes, "default", "NORMAL")
+            t["single_thread_per_s"] = throughput_single(8 * cfg.thread_writes, "NORMAL")
+            t["vs_single"] = t["litegate_per_s"] / t["single_thread_per_s"]
+            one["throughput"]["threads"] = t
+            progress.advance()
+        runs.append(one)
+    result: dict[str, Any] = {
+        "experiment": NAME,
+        "config": asdict(cfg),
+        "runs": runs,
+        "sides": [n for n, _ in sides],
+    }
+    if "tail" in cfg.parts:
+        progress.describe(f"single-insert tail, {cfg.tail_inserts:,} inserts")
+        result["tail"] = run_tail(cfg.tail_inserts, cfg.warmup)
+        progress.advance()
+    result["summary"] = summarise_runs(result, cfg.noise_k)
+    return result
+
+
+def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
+    runs = result["runs"]
+    out: dict[str, Any] = {}
+    if runs and "latency" in runs[0]:
+        lat: dict[str, Any] = {}
+        a, b = result["sides"]
+        for w in WORKLOADS:
+            lat[w] = {}
+            for fig in FIGURES:
+                sa = summarise([r["latency"][a][w][fig] for r in runs])
+                sb = summarise([r["latency"][b][w][fig] for r in runs])
+                lat[w][fig] = {
+                    a: sa.to_json(),
+                    b: sb.to_json(),
+                    "compare": compare(sa, sb, k).to_json(),
+                }
+        out["latency"] = lat
+    if runs and "throughput" in runs[0]:
+        thr: dict[str, Any] = {}
+        for scenario in runs[0]["throughput"]:
+            keys = [
+                key for key, v in runs[0]["throughput"][scenario].items() if isinstance(v, float)
+            ]
+            thr[scenario] = {
+                key: summarise([r["throughput"][scenario][key] for r in runs]).to_json()
+                for key in keys
+            }
+        out["throughput"] = thr
+    return out
+
+
+TARGETS = {
+    "durable": ("ratio", 3.0, ">= 3 x the mutex"),
+    "asyncio": ("ratio", 10.0, ">= 10 x one connection thread"),
+    "threads": ("ratio", 1.0, ">= the mutex (and >= 0.8 x one thread)"),
+}
+
+
+def render(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    runs = int(cfg["runs"])
+    parts: list[str] = []
+    what = f"median of {runs} runs" if runs > 1 else "one run"
+    summary = result["summary"]
+    if "latency" in summary:
+        a, b = result["sides"]
+        cols = [Column("WORKLOAD", "left"), Column("SIDE", "left")]
+        cols += [Column(f"{f.upper()} us") for f in FIGURES]
+        if runs > 1:
+            cols += [Column("CV p50"), Column("CV p99")]
+        cols.append(Column(f"{'B/A' if cfg['compare'] else 'litegate/sqlite3'} p50"))
+        groups = []
+        for w in WORKLOADS:
+            rows = []
+            for side in (a, b):
+                s = summary["latency"][w]
+                row = [w, side] + [f"{s[f][side]['median']:.1f}" for f in FIGURES]
+                if runs > 1:
+                    row += [fmt_pct(s["p50"][side]["cv"]), fmt_pct(s["p99"][side]["cv"])]
+                if side == b:
+                    c = s["p50"]["compare"]
+                    ratio = c["candidate"] / c["baseline"] if c["baseline"] else float("nan")
+                    flag = {"~": " (within noise)", "?": ""}.get(c["verdict"], "")
+                    row.append(f"{ratio:.2f}x{flag}")
+                else:
+                    row.append("")
+                rows.append(row)
+            groups.append(rows)
+        parts.append(f"-- latency per operation, microseconds ({what}; {cfg['ops']:,} ops each)")
+        parts.append(seed_table(cols, groups))
+        if runs > 1:
+            notes = []
+            for w in WORKLOADS:
+                for f in ("p99", "max"):
+                    c = summary["latency"][w][f]["compare"]
+                    if c["verdict"] == "~":
+                        notes.append(f"{w} {f}")
+            if notes:
+                parts.append(
+                    "within noise (|delta| < {} x CV): {}".format(cfg["noise_k"], ", ".join(notes))
+                )
+    if "throughput" in summary:
+        cols = [
+            Column("SCENARIO", "left"),
+            Column("LITEGATE /s"),
+            Column("BASELINE /s"),
+            Column("RATIO"),
+            Column("TARGET", "left"),
+        ]
+        if runs > 1:
+            cols.append(Column("CV ratio"))
+        rows = []
+        for scenario, (key, goal, text) in TARGETS.items():
+            s = summary["throughput"][scenario]
+            ratio = s[key]["median"]
+            row = [
+                scenario,
+                f"{s['litegate_per_s']['median']:,.0f}",
+                f"{s['baseline_per_s']['median']:,.0f}",
+                f"{ratio:.2f}x",
+                f"{text}: {'met' if ratio >= goal else 'MISSED'}",
+            ]
+            if runs > 1:
+                row.append(fmt_pct(s[key]["cv"]))
+            rows.append(row)
+        t = summary["throughput"]["threads"]
+        single = t["single_thread_per_s"]["median"]
+        vs = t["vs_single"]["median"]
+        parts.append("")
+        parts.append(f"-- write throughput, each against its baseline in the same run ({what})")
+        parts.append(seed_table(cols, [rows]))
+        parts.append(
+            f"threads: one thread alone {single:,.0f}/s; litegate with 8 threads is "
+            f"{vs:.2f}x of that (target >= 0.8x: {'met' if vs >= 0.8 else 'MISSED'}); "
+            "durable: synchronous=FULL, 32 threads; asyncio: 1,000 tasks"
+        )
+    if "tail" in result:
+        tail = result["tail"]
+        parts.append("")
+        parts.append(
+            f"-- single-insert tail: {tail['count']:,} inserts, checkpointer on: p50 "
+            f"{tail['p50']:.1f} us, p99 {tail['p99']:.1f} us (target <= 60: "
+            f"{'met' if tail['p99'] <= 60 else 'MISSED'}), max {tail['max'] / 1000:.2f} ms "
+            f"(target <= 2 ms: {'met' if tail['max'] <= 2000 else 'MISSED'})"
+        )
+        for s in tail["slowest"]:
+            parts.append(f"   {s['us'] / 1000:7.2f} ms  overlapped: {'; '.join(s['made_of'])}")
+    return "\n".join(parts)
+
+
+def charts(result: dict[str, Any], out: Path) -> list[Path]:
+    if "latency" not in result["summary"]:
+        return []
+    from ._charts import Bar, grouped_bars
+
+    a, b = result["sides"]
+    panels = []
+    for fig in ("p50", "p99"):
+        series = {}
+        for side in (a, b):
+            bars = []
+            for w in WORKLOADS:
+                s = result["summary"]["latency"][w][fig][side]
+                bars.append(Bar(s["median"], s["min"], s["max"]))
+            series[side] = bars
+        panels.append((f"{fig} per operation", list(WORKLOADS), series))
+    return [
+        grouped_bars(
+            out / "micro-latency.png",
+            title="litegate bench micro (seed 002)",
+            panels=panels,
+            ylabel="microseconds",
+        )
+    ]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("micro options")
+    g.add_argument(
+        "--ops",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measured operations per workload and side (default 20,000; quick 3,000)",
+    )
+    g.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="A/B of two litegate configurations instead of litegate vs sqlite3, "
+        "e.g. --compare checkpoints=true checkpoints=false",
+    )
+    g.add_argument(
+        "--only",
+        choices=("latency", "throughput", "tail"),
+        action="append",
+        help="run only this part (repeatable)",
+    )
+    g.add_argument(
+        "--tail-inserts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="inserts in the tail measurement (default 100,000; quick 20,000)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    quick = bool(args.quick)
+    cfg = Config(runs=args.runs, noise_k=args.noise_k)
+    if quick:
+        cfg.ops, cfg.tail_inserts = 3_000, 20_000
+        cfg.durable_writes, cfg.async_writes, cfg.thread_writes = 40, 5, 600
+    if args.ops is not None:
+        if args.ops < 100:
+            raise ValueError("--ops must be at least 100")
+        cfg.ops = args.ops
+    if args.tail_inserts is not None:
+        if args.tail_inserts < 100:
+            raise ValueError("--tail-inserts must be at least 100")
+        cfg.tail_inserts = args.tail_inserts
+    if args.compare:
+        for side in args.compare:
+            parse_setting(side)  # fail early on a malformed setting
+        cfg.compare = (args.compare[0], args.compare[1])
+        cfg.parts = ("latency",)
+    if args.only:
+        cfg.parts = tuple(dict.fromkeys(args.only))
+        if cfg.compare and cfg.parts != ("latency",):
+            raise ValueError("--compare measures latency only; drop --only or pick latency")
+    return cfg

@@ -1,0 +1,94 @@
+"""bench micro: configuration parsing and a tiny end-to-end run (structure and
+invariants only; speed is what the benchmark reports, never what a test asserts)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from litegate.lab import micro
+
+
+def test_parse_setting() -> None:
+    assert micro.parse_setting("checkpoints=false, profile=aggressive,readers=3") == {
+        "checkpoints": False,
+        "profile": "aggressive",
+        "readers": 3,
+    }
+    assert micro.parse_setting("timeout=2.5") == {"timeout": 2.5}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        micro.parse_setting("checkpoints")
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base: dict[str, object] = {
+        "quick": True,
+        "runs": 1,
+        "noise_k": 2.0,
+        "ops": None,
+        "compare": None,
+        "only": None,
+        "tail_inserts": None,
+    }
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_config_from_args() -> None:
+    cfg = micro.config_from_args(_args())
+    assert cfg.ops == 3_000
+    assert cfg.parts == ("latency", "throughput", "tail")
+    cfg = micro.config_from_args(_args(compare=["checkpoints=true", "checkpoints=false"]))
+    assert cfg.parts == ("latency",)
+    with pytest.raises(ValueError, match="--ops"):
+        micro.config_from_args(_args(ops=5))
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        micro.config_from_args(_args(compare=["nonsense", "x=1"]))
+
+
+def test_tiny_run_end_to_end() -> None:
+    cfg = micro.Config(
+        ops=100,
+        warmup=10,
+        runs=2,
+        tail_inserts=300,
+        durable_writes=2,
+        async_writes=1,
+        thread_writes=20,
+    )
+    result = micro.run(cfg)
+    assert result["sides"] == ["sqlite3", "litegate"]
+    assert len(result["runs"]) == 2
+    for run in result["runs"]:
+        for side in ("sqlite3", "litegate"):
+            for w in micro.WORKLOADS:
+                fig = run["latency"][side][w]
+                assert fig["count"] == 100
+                assert 0 < fig["p50"] <= fig["p90"] <= fig["p99"] <= fig["max"]
+        thr = run["throughput"]
+        assert thr["durable"]["writes"] == 64
+        assert thr["asyncio"]["writes"] == 1000
+        assert thr["threads"]["writes"] == 160
+        assert thr["threads"]["litegate_per_s"] > 0
+    s = result["summary"]["latency"]["point_query"]["p50"]
+    assert s["sqlite3"]["n"] == 2
+    assert s["compare"]["verdict"] in ("~", "lower", "higher")
+    assert result["tail"]["count"] == 300
+    assert len(result["tail"]["slowest"]) == 5
+    text = micro.render(result)
+    for w in micro.WORKLOADS:
+        assert w in text
+    assert "durable" in text
+    assert "asyncio" in text
+    assert "single-insert tail" in text
+
+
+def test_compare_mode_runs_two_configurations() -> None:
+    cfg = micro.Config(
+        ops=100, warmup=10, compare=("checkpoints=true", "checkpoints=false"), parts=("latency",)
+    )
+    result = micro.run(cfg)
+    assert result["sides"] == ["A: checkpoints=true", "B: checkpoints=false"]
+    assert "throughput" not in result["summary"]
+    assert "B/A p50" in micro.render(result)
