@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,23 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "con
 
 def running_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@contextmanager
+def gate_held_by_another_thread(db: litegate.Database) -> Iterator[None]:
+    """Another thread holds ``db.write()`` for the body of the with-block."""
+    held, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with db.write():
+            held.set()
+            leave.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        leave.set()
+        t.join()

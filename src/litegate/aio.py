@@ -32,10 +32,13 @@ Cancellation and timeouts:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import sqlite3
 import time
+import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -62,6 +65,38 @@ def _set_done(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """loop.call_soon_threadsafe from another thread, tolerating a loop that
+    has closed meanwhile (its waiters are gone with it)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+class _Notifier:
+    """Completes one loop's futures from other threads with one wake-up of the
+    loop per burst, not one per future: a group commit finishes hundreds of
+    writes at once, and each wake-up is a write to the loop's self-pipe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._ready: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    def done(self, fut: asyncio.Future[None]) -> None:  # any thread
+        self._ready.append(fut)
+        if not self._scheduled:
+            self._scheduled = True
+            _call_soon(self._loop, self._drain)
+
+    def _drain(self) -> None:  # the loop's thread
+        # Reset before draining: a future added after this line schedules
+        # another drain or is popped by this one; none is left behind.
+        self._scheduled = False
+        ready = self._ready
+        while ready:
+            _set_done(ready.popleft())
+
+
 async def connect(path: Any, **kwargs: Any) -> AsyncDatabase:
     """Open ``path`` like :func:`litegate.connect` (same arguments), off the loop."""
     loop = asyncio.get_running_loop()
@@ -77,6 +112,15 @@ class AsyncDatabase:
         self._pool = ThreadPoolExecutor(
             max_workers=db._readers + 2, thread_name_prefix="litegate-aio"
         )
+        self._notifiers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Notifier] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _notifier(self, loop: asyncio.AbstractEventLoop) -> _Notifier:
+        notifier = self._notifiers.get(loop)
+        if notifier is None:
+            notifier = self._notifiers[loop] = _Notifier(loop)
+        return notifier
 
     def __repr__(self) -> str:
         return f"<litegate.aio {self.sync!r}>"
@@ -92,7 +136,7 @@ class AsyncDatabase:
         holder: list[asyncio.Future[None]] = [loop.create_future()]
 
         def notify() -> None:  # any thread
-            loop.call_soon_threadsafe(_set_done, holder[0])
+            _call_soon(loop, _set_done, holder[0])
 
         status, item, waiter = q.enqueue(notify)
         if status != QUEUED:
@@ -111,6 +155,18 @@ class AsyncDatabase:
             if status != QUEUED:
                 return status, item
 
+    async def _wait_turn(self, q: HandoffQueue[Any], limit: float, write: bool) -> tuple[int, Any]:
+        """_turn with litegate's errors: PoolTimeout or WriteTimeout, Closed."""
+        try:
+            return await self._turn(q, limit)
+        except TimeoutError:
+            if write:
+                self.sync._process_state().gate_wait.record_timeout()
+                raise WriteTimeout(f"no write gate within {limit:g} s") from None
+            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
+        except QueueClosed:
+            raise Closed(f"database {self.sync.path!r} is closed") from None
+
     def _limit(self, timeout: float | None) -> float:
         return self.sync.timeout if timeout is None else float(_positive("timeout", timeout))
 
@@ -120,13 +176,7 @@ class AsyncDatabase:
     ) -> list[Any]:
         """Run one read statement on a pooled read-only connection."""
         state = self.sync._process_state()
-        limit = self._limit(timeout)
-        try:
-            status, conn = await self._turn(state.pool, limit)
-        except TimeoutError:
-            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
-        except QueueClosed:
-            raise Closed(f"database {self.sync.path!r} is closed") from None
+        status, conn = await self._wait_turn(state.pool, self._limit(timeout), write=False)
         # From here the thread owns the connection and always returns it, even
         # if this task is cancelled meanwhile.
         return await self._run(self._query_in_thread, state, conn if status != CREATE else None,
@@ -169,31 +219,44 @@ class AsyncDatabase:
         limit = self._limit(timeout)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        notifier = self._notifier(loop)
 
         def done(_req: Request) -> None:  # on the group-commit leader's thread
-            loop.call_soon_threadsafe(_set_done, fut)
+            notifier.done(fut)
 
         req = Request(sql, params, many, on_done=done)
         try:
             state.batcher.submit(req)
         except RuntimeError:
             raise Closed(f"database {self.sync.path!r} is closed") from None
+        # A timer instead of asyncio.wait_for: no extra task and future per write.
+        timer = None
+        if not math.isinf(limit):
+            timer = loop.call_later(limit, self._expire, state, req, fut, limit)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), None if math.isinf(limit) else limit)
-        except TimeoutError:
-            if state.batcher.cancel(req):
-                raise WriteTimeout(
-                    f"no write gate within {limit:g} s: the write was still queued for group "
-                    "commit; raise timeout= or make write transactions shorter"
-                ) from None
-            await fut  # a batch has it: its outcome is ours, however late
+            await fut
         except asyncio.CancelledError:
             state.batcher.cancel(req)  # withdrawn if still queued; else it goes with its batch
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         if req.error is not None:
             raise req.error
         assert req.result is not None
         return WriteResult(*req.result)
+
+    @staticmethod
+    def _expire(state: Any, req: Request, fut: asyncio.Future[None], limit: float) -> None:
+        """The timeout of an ``execute``: withdraw the write if no batch has
+        taken it yet; otherwise its batch's outcome will come, however late."""
+        if not fut.done() and state.batcher.cancel(req):
+            fut.set_exception(
+                WriteTimeout(
+                    f"no write gate within {limit:g} s: the write was still queued for group "
+                    "commit; raise timeout= or make write transactions shorter"
+                )
+            )
 
     def write(self, timeout: float | None = None) -> _AsyncWrite:
         """``async with db.write() as tx``: the gate and ``BEGIN IMMEDIATE`` for
@@ -245,13 +308,7 @@ class _AsyncWrite:
         limit = adb._limit(self._timeout)
         loop = asyncio.get_running_loop()
         start = time.monotonic()
-        try:
-            await adb._turn(state.gate.queue, limit)
-        except TimeoutError:
-            state.gate_wait.record_timeout()
-            raise WriteTimeout(f"no write gate within {limit:g} s") from None
-        except QueueClosed:
-            raise Closed(f"database {db.path!r} is closed") from None
+        await adb._wait_turn(state.gate.queue, limit, write=True)
         # The in-process gate is ours; the cross-process queue and BEGIN
         # IMMEDIATE may block, so they run on a thread.
         cf = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
@@ -283,13 +340,7 @@ class _AsyncRead:
     async def __aenter__(self) -> _Tx:
         adb, db = self._adb, self._adb.sync
         state = db._process_state()
-        limit = adb._limit(self._timeout)
-        try:
-            status, conn = await adb._turn(state.pool, limit)
-        except TimeoutError:
-            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
-        except QueueClosed:
-            raise Closed(f"database {db.path!r} is closed") from None
+        status, conn = await adb._wait_turn(state.pool, adb._limit(self._timeout), write=False)
         work = adb._run(self._open, state, conn if status != CREATE else None)
         self._state, self._conn = state, await _finish_even_if_cancelled(work, self._giveback)
         return _Tx(adb, self._conn)

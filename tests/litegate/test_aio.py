@@ -13,6 +13,7 @@ import pytest
 
 import litegate
 import litegate.aio
+from tests.conftest import gate_held_by_another_thread
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -119,16 +120,6 @@ def test_cancelled_gate_waiter_leaves_the_queue(db_path: str) -> None:
         db = await litegate.aio.connect(db_path)
         await db.execute("CREATE TABLE t(v)")
         order: list[str] = []
-        held, leave = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with db.sync.write():
-                held.set()
-                leave.wait(10)
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
 
         async def writer(name: str) -> None:
             async with db.write() as tx:
@@ -137,16 +128,15 @@ def test_cancelled_gate_waiter_leaves_the_queue(db_path: str) -> None:
 
         gate = db.sync._process_state().gate
         tasks = {}
-        for n, name in enumerate(("first", "cancelled", "third"), start=1):
-            tasks[name] = asyncio.create_task(writer(name))
-            await until(lambda n=n: gate.waiting == n, f"{name} to queue")  # type: ignore[misc]
-        tasks["cancelled"].cancel()
-        await until(lambda: gate.waiting == 2, "the cancelled task to leave the queue")
-        leave.set()
+        with gate_held_by_another_thread(db.sync):
+            for n, name in enumerate(("first", "cancelled", "third"), start=1):
+                tasks[name] = asyncio.create_task(writer(name))
+                await until(lambda n=n: gate.waiting == n, f"{name} to queue")  # type: ignore[misc]
+            tasks["cancelled"].cancel()
+            await until(lambda: gate.waiting == 2, "the cancelled task to leave the queue")
         await asyncio.gather(tasks["first"], tasks["third"])
         with pytest.raises(asyncio.CancelledError):
             await tasks["cancelled"]
-        holder.join()
         assert await db.query("SELECT v FROM t") == [("first",), ("third",)]
         await db.close()
         return order
@@ -158,28 +148,17 @@ def test_cancelled_execute_while_queued_is_withdrawn(db_path: str) -> None:
     async def main() -> None:
         db = await litegate.aio.connect(db_path)
         await db.execute("CREATE TABLE t(v)")
-        held, leave = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with db.sync.write():
-                held.set()
-                leave.wait(10)
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
         batcher = db.sync._process_state().batcher
-        kept = asyncio.create_task(db.execute("INSERT INTO t VALUES ('kept')"))
-        await until(lambda: batcher.queued == 1)
-        dropped = asyncio.create_task(db.execute("INSERT INTO t VALUES ('dropped')"))
-        await until(lambda: batcher.queued == 2)
-        dropped.cancel()
-        await until(lambda: batcher.queued == 1, "the cancelled write to be withdrawn")
-        leave.set()
+        with gate_held_by_another_thread(db.sync):
+            kept = asyncio.create_task(db.execute("INSERT INTO t VALUES ('kept')"))
+            await until(lambda: batcher.queued == 1)
+            dropped = asyncio.create_task(db.execute("INSERT INTO t VALUES ('dropped')"))
+            await until(lambda: batcher.queued == 2)
+            dropped.cancel()
+            await until(lambda: batcher.queued == 1, "the cancelled write to be withdrawn")
         await kept
         with pytest.raises(asyncio.CancelledError):
             await dropped
-        holder.join()
         assert await db.query("SELECT v FROM t") == [("kept",)]
         await db.close()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import litegate
-from tests.conftest import running_as_root, wait_until
+from tests.conftest import gate_held_by_another_thread, running_as_root, wait_until
 
 
 def count(db: litegate.Database) -> int:
@@ -127,24 +127,12 @@ def test_stats_report_what_is_in_force(db_path: str) -> None:
 
 
 def test_stats_count_waits(db: litegate.Database) -> None:
-    held = threading.Event()
-    leave = threading.Event()
-
-    def holder() -> None:
-        with db.write():
-            held.set()
-            leave.wait(10)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    assert held.wait(10)
-    w = threading.Thread(target=lambda: db.execute("INSERT INTO t(v) VALUES (1)"))
-    w.start()
-    wait_until(lambda: db.stats()["gate"]["waiting"] == 1)
-    assert "writers_waiting=1" in repr(db)
-    assert "gate=held" in repr(db)
-    leave.set()
-    t.join()
+    with gate_held_by_another_thread(db):
+        w = threading.Thread(target=lambda: db.execute("INSERT INTO t(v) VALUES (1)"))
+        w.start()
+        wait_until(lambda: db.stats()["gate"]["waiting"] == 1)
+        assert "writers_waiting=1" in repr(db)
+        assert "gate=held" in repr(db)
     w.join()
     g = db.stats()["gate"]
     assert g["count"] == 3  # CREATE TABLE, holder, waiter
@@ -234,21 +222,11 @@ def test_exceptions_are_catchable_as_documented() -> None:
 
 
 def test_write_timeout_when_gate_held(db: litegate.Database) -> None:
-    held = threading.Event()
-    leave = threading.Event()
-
-    def holder() -> None:
-        with db.write():
-            held.set()
-            leave.wait(10)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    assert held.wait(10)
-    with pytest.raises(litegate.WriteTimeout, match="raise timeout="):
+    with (
+        gate_held_by_another_thread(db),
+        pytest.raises(litegate.WriteTimeout, match="raise timeout="),
+    ):
         db.execute("INSERT INTO t(v) VALUES (1)", timeout=0.05)
-    leave.set()
-    t.join()
     assert db.stats()["gate"]["timeouts"] == 1
     db.execute("INSERT INTO t(v) VALUES (2)")  # the gate still works afterwards
     assert count(db) == 1

@@ -185,7 +185,12 @@ def test_fork_child_reopens_its_own(db: litegate.Database, db_path: str) -> None
             assert s["connections"]["readers"] == 0  # nothing inherited in use
             db.execute("INSERT INTO t(v) VALUES ('child')")
             assert db.query("SELECT count(*) FROM t") == [(2,)]
+            # the parent's checkpointer thread does not exist here: a new one runs
+            names = [t.name for t in threading.enumerate()]
+            assert names.count("litegate-checkpointer") == 1
+            assert db.stats()["checkpoints"]["errors"] == 0
             db.close()
+            assert "litegate-checkpointer" not in [t.name for t in threading.enumerate()]
             code = 0
         finally:
             os._exit(code)
@@ -196,6 +201,7 @@ def test_fork_child_reopens_its_own(db: litegate.Database, db_path: str) -> None
     assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["child", "parent"]
     db.execute("INSERT INTO t(v) VALUES ('parent again')")
     assert db.stats()["connections"] == {"writer": 1, "readers": 1}
+    assert "litegate-checkpointer" in [t.name for t in threading.enumerate()]
 
 
 def test_fork_while_parent_holds_the_gate(db: litegate.Database, db_path: str) -> None:
