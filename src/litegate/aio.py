@@ -297,11 +297,13 @@ class _Tx:
         return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
 
 
-class _AsyncWrite:
+class _AsyncBlock:
     def __init__(self, adb: AsyncDatabase, timeout: float | None) -> None:
         self._adb = adb
         self._timeout = timeout
 
+
+class _AsyncWrite(_AsyncBlock):
     async def __aenter__(self) -> _Tx:
         adb, db = self._adb, self._adb.sync
         state = db._process_state()
@@ -311,20 +313,15 @@ class _AsyncWrite:
         await adb._wait_turn(state.gate.queue, limit, write=True)
         # The in-process gate is ours; the cross-process queue and BEGIN
         # IMMEDIATE may block, so they run on a thread.
-        cf = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
-        try:
-            conn = await asyncio.shield(cf)
-        except asyncio.CancelledError:
-            # The thread may still get the gate for us: then give it back.
-            cf.add_done_callback(lambda f: self._undo(state, f))
-            raise
+        work = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
+
+        def give_back(conn: sqlite3.Connection) -> None:  # cancelled meanwhile
+            adb._pool.submit(db._end, state, conn, False)
+
+        conn = await _finish_even_if_cancelled(work, give_back)
         state.writer_owner = _ASYNC_OWNER
         self._state, self._conn = state, conn
         return _Tx(adb, conn)
-
-    def _undo(self, state: Any, f: asyncio.Future[sqlite3.Connection]) -> None:
-        if not f.cancelled() and f.exception() is None:
-            self._adb._pool.submit(self._adb.sync._end, state, f.result(), False)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
@@ -332,11 +329,7 @@ class _AsyncWrite:
         await _finish_even_if_cancelled(end)
 
 
-class _AsyncRead:
-    def __init__(self, adb: AsyncDatabase, timeout: float | None) -> None:
-        self._adb = adb
-        self._timeout = timeout
-
+class _AsyncRead(_AsyncBlock):
     async def __aenter__(self) -> _Tx:
         adb, db = self._adb, self._adb.sync
         state = db._process_state()

@@ -3,6 +3,7 @@ callers queue, then letting go."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -218,3 +219,48 @@ def test_group_commit_across_threads_and_stats(gdb: litegate.Database) -> None:
     gc = gdb.stats()["writes"]["group_commit"]
     assert gc["statements"] == 1601  # every statement committed exactly once
     assert gc["batches"] <= 1601
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Any) -> Iterator[str]:
+    """A 512 KiB tmpfs: a real disk that fills up. Needs mount rights (root)."""
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); needs root")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_at_commit_fails_every_member(tiny_disk: str) -> None:
+    """WAL frames are written at COMMIT: members that each succeed in the page
+    cache fail together when the COMMIT finds the disk full, and nothing of
+    the batch survives. Once space is back, the database works as before."""
+    db = litegate.connect(os.path.join(tiny_disk, "full.db"), timeout=30)
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+    db.execute("INSERT INTO t(v) VALUES ('kept')")
+    filler = os.path.join(tiny_disk, "filler")
+    st = os.statvfs(tiny_disk)
+    with open(filler, "wb") as f:  # leave ~48 KiB free
+        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - 48 * 1024))
+    blob = os.urandom(30_000)
+    r = run_as_one_batch(
+        db, [lambda: db.execute("INSERT INTO t(v) VALUES (?)", (blob,)) for _ in range(3)]
+    )
+    assert all(isinstance(x, sqlite3.OperationalError) for x in r.values()), r
+    assert all("full" in str(x) for x in r.values())
+    os.remove(filler)
+    assert db.query("SELECT count(*) FROM t") == [(1,)]  # only the row from before
+    db.execute("INSERT INTO t(v) VALUES (?)", (blob,))  # space is back: writes work
+    assert db.query("SELECT count(*) FROM t") == [(2,)]
+    assert db.query("PRAGMA integrity_check") == [("ok",)]
+    db.close()
