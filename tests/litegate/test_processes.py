@@ -56,6 +56,18 @@ def test_processes_x_threads_read_then_write(db_path: str, method: str) -> None:
         assert conn.execute("SELECT count(DISTINCT pid) FROM log").fetchone()[0] == procs
 
 
+@pytest.mark.parametrize("method", START_METHODS)
+def test_group_commit_across_processes(db_path: str, method: str) -> None:
+    """Each process batches its own callers; the gate orders the batches."""
+    _setup_counter(db_path)
+    procs, threads, iters = 3, 6, 100
+    codes = run_processes(method, "execute_worker", [(db_path, threads, iters)] * procs)
+    assert codes == [0] * procs  # no failed write, and batches formed in every process
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == procs * threads * iters
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
 @pytest.mark.slow
 def test_bank_transfers_keep_their_sum(db_path: str) -> None:
     db = litegate.connect(db_path)

@@ -133,3 +133,26 @@ def ack_writer(path: str, acks: str, threads: int, start_at: int) -> None:
     for t in ts:
         t.start()
     time.sleep(600)
+
+
+def execute_worker(path: str, threads: int, iters: int) -> int:
+    """Group-committed single-statement writes from several threads."""
+    db = litegate.connect(path, timeout=60)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        for _ in range(iters):
+            try:
+                db.execute("INSERT INTO log(pid) VALUES (?)", (os.getpid() * 1000 + k,))
+            except BaseException as exc:
+                errors.append(exc)
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    batches = db.stats()["writes"]["group_commit"]["batches"]
+    db.close()
+    # more than one statement per transaction somewhere shows batching happened
+    return len(errors) + (100 if batches >= threads * iters else 0)
