@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 from urllib.parse import quote
 
 from . import _profiles
@@ -503,10 +503,16 @@ class Database:
     def query(self, sql: str, params: Params = (), *, timeout: float | None = None) -> list[Any]:
         """Run one read statement on a pooled read-only connection; return all rows."""
         state, conn = self._checkout(timeout)
+        return self._query_on(state, conn, sql, params)
+
+    def _query_on(
+        self, state: _ProcessState, conn: sqlite3.Connection, sql: str, params: Params
+    ) -> list[Any]:
+        """Run ``sql`` on a checked-out read connection, then check it back in."""
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            if _errcode(exc) == _SQLITE_READONLY:
+            if _is_read_only(exc):
                 raise _read_only(exc) from exc
             raise
         finally:
@@ -608,6 +614,11 @@ class Database:
         self.close()
 
 
+def _is_read_only(exc: BaseException) -> TypeGuard[sqlite3.OperationalError]:
+    """True for SQLITE_READONLY: a write was tried on a read connection."""
+    return isinstance(exc, sqlite3.OperationalError) and _errcode(exc) == _SQLITE_READONLY
+
+
 def _read_only(exc: sqlite3.Error) -> ReadOnlyError:
     return ReadOnlyError(
         f"a read connection cannot write ({exc}); nothing was changed. Send writes through "
@@ -652,7 +663,7 @@ class _ReadBlock:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._db._checkin(self._state, self._conn)
-        if isinstance(ev, sqlite3.OperationalError) and _errcode(ev) == _SQLITE_READONLY:
+        if ev is not None and _is_read_only(ev):
             raise _read_only(ev) from ev
 
 

@@ -34,14 +34,8 @@ class WaitHistogram:
         self.immediate += 1
 
     def record(self, seconds: float) -> None:
-        us = seconds * 1e6
-        idx = -1 if us < 1.0 else int(math.log2(us) * _SUB)
         with self._lock:
-            self._buckets[idx] = self._buckets.get(idx, 0) + 1
-            self.count += 1
-            self.total += seconds
-            if seconds > self.max:
-                self.max = seconds
+            self.record_exclusive(seconds)
 
     def record_exclusive(self, seconds: float) -> None:
         """``record`` for a caller that already excludes every other recorder

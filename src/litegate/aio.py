@@ -45,7 +45,14 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._batch import Request
-from ._database import Database, Params, WriteResult, _positive, _read_only
+from ._database import (
+    Database,
+    Params,
+    WriteResult,
+    _is_read_only,
+    _positive,
+    _read_only,
+)
 from ._database import connect as _connect
 from ._errors import Closed, PoolTimeout, WriteTimeout
 from ._fair import CREATE, QUEUED, HandoffQueue, QueueClosed
@@ -54,10 +61,6 @@ __all__ = ["AsyncDatabase", "connect"]
 
 T = TypeVar("T")
 _ASYNC_OWNER = -1  # writer_owner while an asyncio task holds the gate (no thread does)
-
-
-def _is_readonly(exc: sqlite3.Error) -> bool:
-    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF == 8  # SQLITE_READONLY
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:
@@ -187,14 +190,7 @@ class AsyncDatabase:
         if conn is None:
             conn = state.pool.create()
             assert conn is not None
-        try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if _is_readonly(exc):
-                raise _read_only(exc) from exc
-            raise
-        finally:
-            self.sync._checkin(state, conn)
+        return self.sync._query_on(state, conn, sql, params)
 
     def read(self, timeout: float | None = None) -> _AsyncRead:
         """``async with db.read() as rx``: ``await rx.execute(...)`` in one snapshot."""
@@ -353,10 +349,7 @@ class _AsyncRead(_AsyncBlock):
         await _finish_even_if_cancelled(
             self._adb._run(self._adb.sync._checkin, self._state, self._conn)
         )
-        if (
-            isinstance(ev, sqlite3.OperationalError)
-            and getattr(ev, "sqlite_errorcode", 0) & 0xFF == 8
-        ):
+        if ev is not None and _is_read_only(ev):
             raise _read_only(ev) from ev
 
 

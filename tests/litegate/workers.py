@@ -6,9 +6,19 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.synchronize import Event
 
 import litegate
+
+
+def on_threads(n: int, body: Callable[[int], None]) -> None:
+    """Run ``body(k)`` for k in 0..n-1 on n threads at once; wait for all."""
+    ts = [threading.Thread(target=body, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
 
 
 def counter_worker(path: str, threads: int, iters: int) -> int:
@@ -26,11 +36,7 @@ def counter_worker(path: str, threads: int, iters: int) -> int:
             except BaseException as exc:  # counted, and the test asserts zero
                 errors.append(exc)
 
-    ts = [threading.Thread(target=run) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    on_threads(threads, lambda _k: run())
     db.close()
     return len(errors)
 
@@ -60,11 +66,7 @@ def transfer_worker(path: str, threads: int, iters: int, seed: int) -> int:
             except BaseException as exc:
                 errors.append(exc)
 
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    on_threads(threads, run)
     db.close()
     return len(errors)
 
@@ -147,11 +149,7 @@ def execute_worker(path: str, threads: int, iters: int) -> int:
             except BaseException as exc:
                 errors.append(exc)
 
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    on_threads(threads, run)
     batches = db.stats()["writes"]["group_commit"]["batches"]
     db.close()
     # more than one statement per transaction somewhere shows batching happened
