@@ -67,7 +67,18 @@ def _copy_for_member(exc: BaseException) -> BaseException:
 
 
 class Request:
-    __slots__ = ("error", "many", "on_done", "params", "result", "sql", "state", "wake")
+    __slots__ = (
+        "error",
+        "fn",
+        "many",
+        "on_done",
+        "params",
+        "result",
+        "sql",
+        "state",
+        "value",
+        "wake",
+    )
 
     def __init__(
         self,
@@ -75,10 +86,15 @@ class Request:
         params: Any,
         many: bool,
         on_done: Callable[[Request], None] | None = None,
+        fn: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> None:
         self.sql = sql
         self.params = params
         self.many = many
+        # A member may be a function of the write connection instead of one
+        # statement (``db.transact``): several statements, one SAVEPOINT.
+        self.fn = fn
+        self.value: Any = None
         self.state = _PENDING
         self.result: tuple[int, int | None, list[Any]] | None = None
         self.error: BaseException | None = None
@@ -273,7 +289,7 @@ class GroupCommit:
     def _run_one(self, conn: sqlite3.Connection, r: Request, first: bool) -> None:
         """Run one member; on failure set ``r.error`` and undo only its work
         (the caller checks whether SQLite dropped the whole transaction)."""
-        if is_transaction_control(r.sql):
+        if r.fn is None and is_transaction_control(r.sql):
             r.error = ValueError(
                 "db.execute() runs one statement inside litegate's transaction; use "
                 "db.write() to control transactions yourself"
@@ -303,6 +319,10 @@ class GroupCommit:
 
     @staticmethod
     def _execute(conn: sqlite3.Connection, r: Request) -> None:
+        if r.fn is not None:
+            r.value = r.fn(conn)
+            r.result = (0, None, [])
+            return
         cur = conn.executemany(r.sql, r.params) if r.many else conn.execute(r.sql, r.params)
         rows = cur.fetchall()
         r.result = (cur.rowcount, cur.lastrowid, rows)

@@ -8,10 +8,10 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
 
 from . import _profiles
@@ -33,6 +33,7 @@ from ._profiles import PragmaValue
 from ._stats import WaitHistogram
 
 Params = Sequence[Any] | Mapping[str, Any]
+T = TypeVar("T")
 
 _SQLITE_READONLY = 8
 _SQLITE_NOTADB = 26
@@ -447,21 +448,42 @@ class Database:
         """``execute`` for every parameter set in ``seq``, in one transaction."""
         return self._submit(sql, seq, True, timeout)
 
+    def transact(self, fn: Callable[[sqlite3.Connection], T], *, timeout: float | None = None) -> T:
+        """Run ``fn(conn)`` on the write connection as one member of the next
+        group commit, and return its value once that COMMIT is done.
+
+        ``fn`` may run several statements; they share one SAVEPOINT, so an
+        exception from ``fn`` undoes only its own work and reaches only this
+        caller. ``fn`` runs on whichever thread leads the batch, must not
+        BEGIN, COMMIT or ROLLBACK, and should be short: the other members of
+        the batch wait for it. Do the slow parts (encoding, decoding) before
+        and after. If SQLite drops the whole transaction (disk full), ``fn``
+        may be run again in a fresh one, so it must not depend on having run
+        only once outside the database.
+        """
+        req = self._submit_request(Request("", (), False, fn=fn), timeout, "db.transact()")
+        value: T = req.value
+        return value
+
     def _submit(self, sql: str, params: Any, many: bool, timeout: float | None) -> WriteResult:
+        req = self._submit_request(Request(sql, params, many), timeout, "db.execute()")
+        assert req.result is not None
+        return WriteResult(*req.result)
+
+    def _submit_request(self, req: Request, timeout: float | None, what: str) -> Request:
         # Group commit: concurrent calls share one transaction, each in its own
         # SAVEPOINT; this returns after the COMMIT that holds our write.
         state = self._process_state()
         if state.writer_owner == threading.get_ident():
             raise NestedWriteError(
-                "db.execute() inside db.write() in the same thread would wait for itself; "
+                f"{what} inside db.write() in the same thread would wait for itself; "
                 "use conn.execute() on the connection db.write() gave you"
             )
         limit = self.timeout if timeout is None else _positive("timeout", timeout)
-        req = state.batcher.run(Request(sql, params, many), limit)
+        state.batcher.run(req, limit)
         if req.error is not None:
             raise req.error
-        assert req.result is not None
-        return WriteResult(*req.result)
+        return req
 
     # -- reading ----------------------------------------------------------
     def read(self, timeout: float | None = None) -> _ReadBlock:

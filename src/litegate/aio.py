@@ -208,9 +208,31 @@ class AsyncDatabase:
                           timeout: float | None = None) -> WriteResult:  # fmt: skip
         return await self._submit(sql, list(seq), True, timeout)
 
+    async def transact(
+        self, fn: Callable[[sqlite3.Connection], T], *, timeout: float | None = None
+    ) -> T:
+        """``fn(conn)`` as one member of the next group commit (see
+        :meth:`litegate.Database.transact`); its value once COMMIT is done.
+        ``fn`` runs on a litegate thread, never on the event loop."""
+        req = await self._submit_request("", (), False, timeout, fn)
+        value: T = req.value
+        return value
+
     async def _submit(
         self, sql: str, params: Any, many: bool, timeout: float | None
     ) -> WriteResult:
+        req = await self._submit_request(sql, params, many, timeout)
+        assert req.result is not None
+        return WriteResult(*req.result)
+
+    async def _submit_request(
+        self,
+        sql: str,
+        params: Any,
+        many: bool,
+        timeout: float | None,
+        fn: Callable[[sqlite3.Connection], Any] | None = None,
+    ) -> Request:
         state = self.sync._process_state()
         limit = self._limit(timeout)
         loop = asyncio.get_running_loop()
@@ -220,7 +242,7 @@ class AsyncDatabase:
         def done(_req: Request) -> None:  # on the group-commit leader's thread
             notifier.done(fut)
 
-        req = Request(sql, params, many, on_done=done)
+        req = Request(sql, params, many, on_done=done, fn=fn)
         try:
             state.batcher.submit(req)
         except RuntimeError:
@@ -239,8 +261,7 @@ class AsyncDatabase:
                 timer.cancel()
         if req.error is not None:
             raise req.error
-        assert req.result is not None
-        return WriteResult(*req.result)
+        return req
 
     @staticmethod
     def _expire(state: Any, req: Request, fut: asyncio.Future[None], limit: float) -> None:

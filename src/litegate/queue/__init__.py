@@ -1,0 +1,34 @@
+"""``litegate.queue``: a durable job queue on a litegate database.
+
+```python
+from litegate.queue import Queue
+
+q = Queue("app.db", name="emails")
+q.put({"to": "ada@example.org"})
+for job in q.claim(n=10, lease=30.0, wait=1.0):
+    send(job.payload)
+    q.ack(job)
+```
+
+Leases with ownership tokens, retries with back-off, dead letters, dedupe
+keys, priorities and delays; every mutation goes through litegate's write
+gate (no "database is locked"), and calls from many threads share commits.
+``litegate.queue.aio`` has the same methods, awaitable; ``litegate worker``
+runs a function over a queue. See the README's Queue section.
+"""
+
+from ._core import STATES, Job, JobInfo
+from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError, QueueError
+from ._queue import Queue
+
+__all__ = [
+    "STATES",
+    "DuplicateJob",
+    "Job",
+    "JobInfo",
+    "JobNotFound",
+    "LeaseLost",
+    "PayloadError",
+    "Queue",
+    "QueueError",
+]

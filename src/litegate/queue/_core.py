@@ -1,0 +1,407 @@
+"""The queue's logic, written once for the sync and the asyncio faces.
+
+Each operation is a generator: it validates and encodes its arguments, then
+yields the database work it needs (:class:`Tx`, a function run inside
+litegate's group commit; :class:`Query`, one read statement for the reader
+pool), receives the result, and returns the answer. ``Queue`` drives it with
+``db.transact`` / ``db.query``, ``litegate.queue.aio.Queue`` with their
+awaitable twins, so the two faces cannot drift apart. Encoding and decoding
+happen outside the database work, so the write gate is held only for SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
+
+from .._errors import ConfigError
+from . import _sqlite as sql
+from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError
+
+R = TypeVar("R")
+
+STATES = ("ready", "scheduled", "leased", "done", "dead")
+"""Every state a job can be in, in the order of its life."""
+
+_STATE_NAMES = {sql.LEASED: "leased", sql.DONE: "done", sql.DEAD: "dead"}
+
+# purge() deletes in transactions of at most this many rows, so that it never
+# holds the write gate for long however much there is to delete.
+PURGE_CHUNK = 5000
+
+
+class Tx(NamedTuple):
+    """Run ``fn(conn)`` in the next group commit; its value comes back."""
+
+    fn: Callable[[sqlite3.Connection], Any]
+
+
+class Query(NamedTuple):
+    """Run one read statement through the reader pool; its rows come back."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+Step = Generator[Tx | Query, Any, R]
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A claimed job. Hand it back to ``ack``, ``fail``, ``extend`` or
+    ``release``: it carries the lease's ownership token."""
+
+    id: int
+    payload: Any
+    attempt: int  # 1 on the first claim
+    priority: int
+    lease_until: float  # seconds since the epoch (time.time())
+    max_attempts: int
+    queue: str
+    token: int = field(repr=False)
+
+    @property
+    def last_attempt(self) -> bool:
+        """True if failing this attempt sends the job to the dead letters."""
+        return self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as stored, from ``q.get()`` or ``q.dead()``. Times are seconds
+    since the epoch."""
+
+    id: int
+    queue: str
+    state: str  # one of STATES
+    payload: Any
+    priority: int
+    run_at: float
+    attempts: int
+    max_attempts: int
+    lease_until: float | None
+    key: str | None
+    last_error: str | None
+    created_at: float
+    done_at: float | None
+
+
+def _info(row: Sequence[Any], now: float) -> JobInfo:
+    state = row[2]
+    name = _STATE_NAMES.get(state) or ("ready" if row[4] <= now else "scheduled")
+    return JobInfo(
+        id=row[0],
+        queue=row[1],
+        state=name,
+        payload=json.loads(row[5]),
+        priority=row[3],
+        run_at=row[4],
+        attempts=row[6],
+        max_attempts=row[7],
+        lease_until=row[8],
+        key=row[9],
+        last_error=row[10],
+        created_at=row[11],
+        done_at=row[12],
+    )
+
+
+# -- argument checks: each says what to do -----------------------------------
+
+
+def _seconds(name: str, value: object, *, zero_ok: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
+        bound = "zero or more" if zero_ok else "greater than zero"
+        raise ConfigError(f"{name} must be a finite number of seconds, {bound}; got {value!r}")
+    return v
+
+
+def _whole(name: str, value: object, *, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value!r}")
+    if not -(2**63) <= value < 2**63:
+        raise ConfigError(f"{name} must fit in 64 bits, got {value!r}")
+    return value
+
+
+def _encode(payload: Any) -> str:
+    try:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"the payload must be JSON-serialisable ({exc}); pass dicts, lists, strings, "
+            "numbers, booleans or None (encode other values yourself, e.g. as strings)"
+        ) from None
+
+
+def _timestamp(name: str, value: object) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ConfigError(
+                f"{name} must be an aware datetime (naive ones are ambiguous); "
+                "use datetime.now(timezone.utc) - timedelta(...)"
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(
+            f"{name} must be an aware datetime or seconds since the epoch, got {value!r}"
+        )
+    return float(value)
+
+
+def _check_jobs(jobs: Iterable[Job], what: str) -> list[Job]:
+    out = list(jobs)
+    for job in out:
+        if not isinstance(job, Job):
+            raise ConfigError(f"{what} takes Job objects from q.claim(), got {job!r}")
+    return out
+
+
+class Core:
+    """The operations of one named queue. Not tied to a connection or a
+    thread; safe to share."""
+
+    def __init__(self, name: str, *, retry_base: float, retry_max: float) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"name must be a non-empty string, got {name!r}")
+        self.name = name
+        self.retry_base = _seconds("retry_base", retry_base, zero_ok=False)
+        self.retry_max = _seconds("retry_max", retry_max, zero_ok=False)
+        if self.retry_max < self.retry_base:
+            raise ConfigError(
+                f"retry_max ({retry_max!r}) must not be below retry_base ({retry_base!r})"
+            )
+
+    # -- putting ----------------------------------------------------------------
+    def put(
+        self, payload: Any, priority: int, delay: float, max_attempts: int, key: str | None
+    ) -> Step[int]:
+        priority = _whole("priority", priority, minimum=None)
+        delay = _seconds("delay", delay, zero_ok=True)
+        max_attempts = _whole("max_attempts", max_attempts, minimum=1)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ConfigError(f"key must be a non-empty string or None, got {key!r}")
+        body = _encode(payload)
+        now = time.time()
+        row = (self.name, priority, now + delay, body, max_attempts, key, now)
+        try:
+            jid: int = yield Tx(partial(sql.insert_one, row=row))
+        except sql.KeyTaken as taken:
+            raise DuplicateJob(
+                f"a job with key {taken.key!r} is already in queue {self.name!r} and not done "
+                f"(job {taken.existing_id}); nothing was stored. Keys dedupe until that job is "
+                "done: drop the key, or wait for it",
+                taken.key,
+                taken.existing_id,
+            ) from None
+        return jid
+
+    def put_many(
+        self, payloads: Iterable[Any], priority: int, delay: float, max_attempts: int
+    ) -> Step[list[int]]:
+        priority = _whole("priority", priority, minimum=None)
+        delay = _seconds("delay", delay, zero_ok=True)
+        max_attempts = _whole("max_attempts", max_attempts, minimum=1)
+        if isinstance(payloads, (str, bytes, dict)):
+            raise ConfigError(
+                "put_many takes an iterable of payloads (a list); for one payload use put()"
+            )
+        bodies = [_encode(p) for p in payloads]
+        if not bodies:
+            return []
+        now = time.time()
+        run_at, name = now + delay, self.name
+        rows = [(name, priority, run_at, b, max_attempts, None, now) for b in bodies]
+        ids: list[int] = yield Tx(partial(sql.insert_many, rows=rows))
+        return ids
+
+    # -- claiming -----------------------------------------------------------------
+    def claim(self, n: int, lease: float) -> Step[tuple[list[Job], float | None]]:
+        """Up to ``n`` jobs and, if none, when the next one falls due."""
+        n = _whole("n", n, minimum=1)
+        lease = _seconds("lease", lease, zero_ok=False)
+        # One token per claim: (id, token) is what proves ownership later.
+        token = secrets.randbits(63)
+        now = time.time()
+        until = now + lease
+        rows, due = yield Tx(
+            partial(sql.claim, queue=self.name, n=n, now=now, until=until, token=token)
+        )
+        name = self.name
+        jobs = [Job(r[0], json.loads(r[1]), r[2], r[3], until, r[5], name, token) for r in rows]
+        return jobs, due
+
+    def any_due(self) -> Step[bool]:
+        rows = yield Query(sql.ANY_DUE, (self.name, time.time()))
+        return bool(rows[0][0])
+
+    # -- finishing ------------------------------------------------------------
+    def ack(self, jobs: Iterable[Job]) -> Step[int]:
+        todo = _check_jobs(jobs, "ack")
+        if not todo:
+            return 0
+        owned = [(j.id, j.token) for j in todo]
+        lost: list[int] = yield Tx(partial(sql.ack, now=time.time(), owned=owned))
+        if lost:
+            done = len(todo) - len(lost)
+            raise LeaseLost(
+                f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker "
+                "(the lease expired and another worker claimed them, or they were already "
+                f"acked, failed or released); they were not changed"
+                + (f", and the other {done} were acked" if done else "")
+                + ". Raise lease= or call extend() while working",
+                lost,
+            )
+        return len(todo)
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before retry number ``attempt``: doubling from
+        ``retry_base``, capped at ``retry_max``, with ±25 % jitter so that
+        jobs that failed together do not retry together."""
+        base = min(self.retry_max, self.retry_base * 2.0 ** min(max(attempt - 1, 0), 64))
+        return min(self.retry_max, base * random.uniform(0.75, 1.25))
+
+    def fail(self, job: Job, error: str, retry_in: float | None) -> Step[str]:
+        (job,) = _check_jobs([job], "fail")
+        if not isinstance(error, str):
+            error = repr(error)
+        delay = (
+            self.backoff(job.attempt)
+            if retry_in is None
+            else _seconds("retry_in", retry_in, zero_ok=True)
+        )
+        now = time.time()
+        state = yield Tx(
+            partial(
+                sql.fail, jid=job.id, token=job.token, now=now, retry_at=now + delay, error=error
+            )
+        )
+        if state is None:
+            raise self._lost(job, "fail")
+        return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
+
+    def extend(self, job: Job, lease: float) -> Step[float]:
+        (job,) = _check_jobs([job], "extend")
+        lease = _seconds("lease", lease, zero_ok=False)
+        until = time.time() + lease
+        ok = yield Tx(partial(sql.extend, jid=job.id, token=job.token, until=until))
+        if not ok:
+            raise self._lost(job, "extend")
+        job.lease_until = until
+        return until
+
+    def release(self, jobs: Iterable[Job]) -> Step[int]:
+        todo = _check_jobs(jobs, "release")
+        if not todo:
+            return 0
+        lost: list[int] = yield Tx(partial(sql.release, owned=[(j.id, j.token) for j in todo]))
+        if lost:
+            raise LeaseLost(
+                f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
+                "they were not released (someone else holds them or they are finished)",
+                lost,
+            )
+        return len(todo)
+
+    def _lost(self, job: Job, what: str) -> LeaseLost:
+        return LeaseLost(
+            f"cannot {what} job {job.id} of queue {self.name!r}: this worker no longer holds "
+            "it (the lease expired and another worker claimed it, or it was already acked, "
+            "failed or released); nothing was changed. Raise lease= or call extend() while "
+            "working",
+            [job.id],
+        )
+
+    # -- looking ----------------------------------------------------------------
+    def get(self, jid: int) -> Step[JobInfo]:
+        jid = _whole("job id", jid, minimum=None)
+        rows = yield Query(sql.SELECT_JOB, (jid,))
+        if not rows or rows[0][1] != self.name:
+            raise JobNotFound(
+                f"no job {jid} in queue {self.name!r} (never put, purged, or in another queue)",
+                [jid],
+            )
+        return _info(rows[0], time.time())
+
+    def counts(self) -> Step[dict[str, int]]:
+        rows = yield Query(sql.COUNTS, (self.name, time.time()))
+        return dict(zip(STATES, (int(v) for v in rows[0]), strict=True))
+
+    def dead(self, limit: int) -> Step[list[JobInfo]]:
+        limit = _whole("limit", limit, minimum=1)
+        rows = yield Query(sql.SELECT_DEAD, (self.name, limit))
+        now = time.time()
+        return [_info(r, now) for r in rows]
+
+    def retry_dead(self, ids: Iterable[int] | None) -> Step[int]:
+        wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]
+        revived, unknown = yield Tx(
+            partial(sql.retry_dead, queue=self.name, ids=wanted, now=time.time())
+        )
+        if unknown:
+            raise JobNotFound(
+                f"no job(s) {_ids(unknown)} in queue {self.name!r}; nothing was revived. "
+                "Pass ids from q.dead()",
+                unknown,
+            )
+        return int(revived)
+
+    def purge(self, done_before: object, dead_before: object) -> Step[int]:
+        """Delete finished jobs, in chunks of PURGE_CHUNK per transaction."""
+        targets = []
+        if done_before is not None:
+            targets.append((sql.DONE, _timestamp("done_before", done_before)))
+        if dead_before is not None:
+            targets.append((sql.DEAD, _timestamp("dead_before", dead_before)))
+        if not targets:
+            raise ConfigError(
+                "purge needs done_before= (and/or dead_before=): a datetime or epoch seconds; "
+                "jobs that finished before it are deleted"
+            )
+        total = 0
+        for state, before in targets:
+            while True:
+                n = yield Tx(
+                    partial(
+                        sql.purge, queue=self.name, state=state, before=before, limit=PURGE_CHUNK
+                    )
+                )
+                total += n
+                if n < PURGE_CHUNK:
+                    break
+        return total
+
+
+def _ids(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+def drive(step: Step[R], transact: Callable[[Any], Any], query: Callable[..., Any]) -> R:
+    """Run an operation synchronously."""
+    try:
+        op = next(step)
+        while True:
+            try:
+                result = transact(op.fn) if isinstance(op, Tx) else query(op.sql, op.params)
+            except BaseException as exc:
+                op = step.throw(exc)
+            else:
+                op = step.send(result)
+    except StopIteration as stop:
+        value: R = stop.value
+        return value

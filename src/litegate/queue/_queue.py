@@ -1,0 +1,289 @@
+"""The synchronous :class:`Queue`."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .._database import Database, connect
+from .._errors import ConfigError
+from . import _sqlite as sql
+from ._core import Core, Job, JobInfo, Step, _seconds, drive
+from ._errors import LeaseLost
+from ._waker import Waker
+
+# How often a waiting claimer looks for commits from other processes.
+DEFAULT_POLL = 0.005
+
+
+class Stats:
+    """Counters of one Queue object in this process, exact under threads."""
+
+    FIELDS = ("put", "claimed", "acked", "failed", "dead", "released", "lease_lost")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a few additions under it, no I/O
+        self._counts = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+def open_db(db: Any, what: str) -> tuple[Any, bool]:
+    """``db`` as given, or opened from a path (then the queue owns it)."""
+    if isinstance(db, (str, os.PathLike)):
+        return connect(db), True
+    if not isinstance(db, Database):
+        raise ConfigError(
+            f"{what} takes a litegate.Database (litegate.connect(path)) or a path, got {db!r}"
+        )
+    return db, False
+
+
+class Queue:
+    """A durable job queue named ``name`` in a litegate database.
+
+    ``db`` is a :class:`litegate.Database` or a path (then the queue opens
+    it, and :meth:`close` closes it). Tables are created on first use. Every
+    method is thread-safe and goes through litegate's write path: calls from
+    many threads are group-committed, calls from many processes queue fairly
+    for the write gate. See the README's Queue section for the guarantees.
+
+    - ``retry_base``, ``retry_max``: a failed job is retried after
+      ``retry_base * 2 ** (attempt - 1)`` seconds (±25 % jitter), at most
+      ``retry_max``.
+    - ``poll``: how often a claimer waiting for work (``claim(wait=...)``)
+      looks for commits of other processes; puts of this process wake it at
+      once.
+    """
+
+    def __init__(
+        self,
+        db: Database | str | os.PathLike[str],
+        name: str = "default",
+        *,
+        retry_base: float = 1.0,
+        retry_max: float = 600.0,
+        poll: float = DEFAULT_POLL,
+    ) -> None:
+        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
+        poll = _seconds("poll", poll, zero_ok=False)
+        self.db, self._owns_db = open_db(db, "Queue")
+        self.name = name
+        self.stats_counters = Stats()
+        self._waker = Waker(self.db.path, poll)
+        self._closed = False
+        try:
+            self.db.transact(sql.create_schema)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing -----------------------------------------------------------------
+    def _run(self, step: Step[Any]) -> Any:
+        return drive(step, self.db.transact, self.db.query)
+
+    def __repr__(self) -> str:
+        c = self.stats_counters.as_dict()
+        return (
+            f"<litegate.queue.Queue {self.name!r} db={self.db.path!r} put={c['put']} "
+            f"claimed={c['claimed']} acked={c['acked']} failed={c['failed']} "
+            f"waiting_claimers={self._waker.waiting}>"
+        )
+
+    # -- putting ------------------------------------------------------------------
+    def put(
+        self,
+        payload: Any,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        key: str | None = None,
+    ) -> int:
+        """Store one job; return its id once it is committed.
+
+        ``priority``: higher is claimed first. ``delay``: seconds before it
+        may be claimed. ``key``: while a job with this key is not done,
+        another ``put`` with it raises :class:`DuplicateJob`.
+        """
+        jid: int = self._run(self._core.put(payload, priority, delay, max_attempts, key))
+        self.stats_counters.add("put", 1)
+        self._waker.notify()
+        return jid
+
+    def put_many(
+        self,
+        payloads: Iterable[Any],
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+    ) -> list[int]:
+        """Store several jobs in one transaction; return their ids in order."""
+        ids: list[int] = self._run(self._core.put_many(payloads, priority, delay, max_attempts))
+        self.stats_counters.add("put", len(ids))
+        if ids:
+            self._waker.notify()
+        return ids
+
+    # -- claiming -----------------------------------------------------------------
+    def claim(self, n: int = 1, lease: float = 30.0, wait: float = 0.0) -> list[Job]:
+        """Lease up to ``n`` due jobs: highest priority first, then oldest.
+
+        Each job is this worker's until ``job.lease_until``; then it goes back
+        to the queue (or to the dead letters if its attempts are used up).
+        ``wait``: block up to this many seconds for work; returns ``[]`` if
+        none came.
+        """
+        wait = _seconds("wait", wait, zero_ok=True)
+        deadline = time.monotonic() + wait
+        check = False  # after the first try: look (a read) before taking the gate
+        while True:
+            if not check or self._run(self._core.any_due()):
+                jobs: list[Job]
+                jobs, due = self._run(self._core.claim(n, lease))
+                if jobs:
+                    self.stats_counters.add("claimed", len(jobs))
+                    return jobs
+            else:
+                due = None
+            check = True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            woken = threading.Event()
+            self._waker.add(woken.set)
+            try:
+                # A put may have landed between the claim and add(): look again.
+                if self._run(self._core.any_due()):
+                    continue
+                pause = remaining if due is None else min(remaining, max(0.0, due - time.time()))
+                woken.wait(pause)
+            finally:
+                self._waker.discard(woken.set)
+
+    # -- finishing ----------------------------------------------------------------
+    def ack(self, job: Job) -> None:
+        """Mark the job done. :class:`LeaseLost` (and nothing changed) if this
+        worker no longer holds it."""
+        self.ack_many([job])
+
+    def ack_many(self, jobs: Iterable[Job]) -> None:
+        """Mark jobs done in one transaction. Jobs no longer held are left
+        alone and reported in one :class:`LeaseLost` (``.job_ids``) after the
+        others are committed."""
+        try:
+            self.stats_counters.add("acked", self._run(self._core.ack(jobs)))
+        except Exception as exc:
+            self._count_lost(exc)
+            raise
+
+    def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
+        """Record a failed attempt with its error. The job is retried after
+        an exponential back-off (or ``retry_in`` seconds), or goes to the dead
+        letters once ``max_attempts`` is reached. Returns the job's new state
+        (``"scheduled"``, ``"ready"`` or ``"dead"``)."""
+        try:
+            state: str = self._run(self._core.fail(job, error, retry_in))
+        except Exception as exc:
+            self._count_lost(exc)
+            raise
+        self.stats_counters.add("failed", 1)
+        if state == "dead":
+            self.stats_counters.add("dead", 1)
+        elif state == "ready":
+            self._waker.notify()
+        return state
+
+    def extend(self, job: Job, lease: float = 30.0) -> float:
+        """Heartbeat: the lease now ends ``lease`` seconds from now (returned,
+        also in ``job.lease_until``). :class:`LeaseLost` if no longer ours."""
+        try:
+            until: float = self._run(self._core.extend(job, lease))
+        except Exception as exc:
+            self._count_lost(exc)
+            raise
+        return until
+
+    def release(self, job: Job | Iterable[Job]) -> None:
+        """Give back claimed jobs that were not started: they return to their
+        place in the queue and the attempt is not counted."""
+        jobs = [job] if isinstance(job, Job) else job
+        try:
+            n: int = self._run(self._core.release(jobs))
+        except Exception as exc:
+            self._count_lost(exc)
+            raise
+        self.stats_counters.add("released", n)
+        if n:
+            self._waker.notify()
+
+    def _count_lost(self, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLost):
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+
+    # -- looking ------------------------------------------------------------------
+    def get(self, job_id: int) -> JobInfo:
+        """The job as stored: ``.state`` (one of ``STATES``), attempts, last
+        error, … :class:`JobNotFound` if there is no such job in this queue."""
+        info: JobInfo = self._run(self._core.get(job_id))
+        return info
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state: ready, scheduled, leased, done, dead."""
+        counts: dict[str, int] = self._run(self._core.counts())
+        return counts
+
+    def dead(self, limit: int = 100) -> list[JobInfo]:
+        """The dead letters, most recent first, with their last error."""
+        jobs: list[JobInfo] = self._run(self._core.dead(limit))
+        return jobs
+
+    def retry_dead(self, ids: Iterable[int] | None = None) -> int:
+        """Send dead jobs (these ids, or all of this queue's) back to the
+        queue with fresh attempts; returns how many were revived. Unknown ids:
+        :class:`JobNotFound`, and nothing is revived."""
+        n: int = self._run(self._core.retry_dead(ids))
+        if n:
+            self._waker.notify()
+        return n
+
+    def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
+        """Delete done jobs that finished before ``done_before`` (and dead
+        ones before ``dead_before``): aware datetimes or epoch seconds.
+        Returns how many were deleted."""
+        n: int = self._run(self._core.purge(done_before, dead_before))
+        return n
+
+    def stats(self) -> dict[str, Any]:
+        """This object's counters, the queue's counts and the database's stats."""
+        return {
+            "queue": self.name,
+            "counters": self.stats_counters.as_dict(),
+            "counts": self.counts(),
+            "waiting_claimers": self._waker.waiting,
+            "db": self.db.stats(),
+        }
+
+    # -- closing ------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the waker; close the database if the queue opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        self._waker.close()
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,317 @@
+"""The queue's SQL on SQLite: the one place that knows the schema.
+
+Every function here runs on a connection it is given, inside a transaction
+someone else opened and will commit (litegate's group commit, through
+``db.transact``), or builds a read statement for the reader pool. Nothing
+here validates arguments, encodes payloads or decides policy: that is the
+queue's logic (``_core.py``), which a PostgreSQL store will share.
+
+States are small integers in the table and names in the API. A job waiting
+for its ``run_at`` is state 0 whether it is due ("ready") or not
+("scheduled"): the difference is the clock, not a write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+READY, LEASED, DONE, DEAD = 0, 1, 2, 3
+SCHEMA_VERSION = 1
+
+TABLE = "litegate_jobs"
+
+# Partial indexes keep the hot ones small: finished jobs leave the claim and
+# lease indexes, so a table full of done jobs does not slow claims down.
+# - ready: claim order (highest priority, then oldest run_at, then id);
+# - leased: expiry sweep, by lease_until;
+# - key: dedupe while a job is not done (dead jobs keep their key, so
+#   retry_dead can never collide);
+# - finished: dead letters, purge and counts of done/dead.
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    id           INTEGER PRIMARY KEY,
+    queue        TEXT    NOT NULL,
+    state        INTEGER NOT NULL,
+    priority     INTEGER NOT NULL,
+    run_at       REAL    NOT NULL,
+    payload      TEXT    NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL,
+    lease_until  REAL,
+    token        INTEGER,
+    key          TEXT,
+    last_error   TEXT,
+    created_at   REAL    NOT NULL,
+    done_at      REAL
+);
+CREATE INDEX IF NOT EXISTS {TABLE}_ready
+    ON {TABLE} (queue, priority DESC, run_at, id) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS {TABLE}_leased
+    ON {TABLE} (queue, lease_until) WHERE state = 1;
+CREATE UNIQUE INDEX IF NOT EXISTS {TABLE}_key
+    ON {TABLE} (queue, key) WHERE key IS NOT NULL AND state <> 2;
+CREATE INDEX IF NOT EXISTS {TABLE}_finished
+    ON {TABLE} (queue, state, done_at) WHERE state >= 2;
+CREATE TABLE IF NOT EXISTS litegate_queue_schema (version INTEGER NOT NULL);
+"""
+
+
+def create_schema(conn: sqlite3.Connection) -> int:
+    """Create the tables if needed (inside the caller's transaction); return
+    the schema version found or written."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'litegate_queue_schema'"
+    ).fetchone()
+    if row is not None:
+        found = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()[0]
+        if found is not None:
+            return int(found)
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+    return SCHEMA_VERSION
+
+
+# -- writes (run inside db.transact) -----------------------------------------
+
+_INSERT = (
+    f"INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, key, "
+    "created_at) VALUES (?, 0, ?, ?, ?, ?, ?, ?)"
+)
+
+# A row for _INSERT: (queue, priority, run_at, payload, max_attempts, key, created_at)
+Row = tuple[str, int, float, str, int, "str | None", float]
+
+
+class KeyTaken(Exception):
+    """Internal: a dedupe key is held by ``existing_id``."""
+
+    def __init__(self, key: str, existing_id: int) -> None:
+        super().__init__(key, existing_id)
+        self.key = key
+        self.existing_id = existing_id
+
+
+def insert_one(conn: sqlite3.Connection, row: Row) -> int:
+    try:
+        cur = conn.execute(_INSERT, row)
+    except sqlite3.IntegrityError:
+        key = row[5]
+        if key is None:
+            raise
+        found = conn.execute(
+            f"SELECT id FROM {TABLE} WHERE queue = ? AND key = ? AND state <> 2", (row[0], key)
+        ).fetchone()
+        if found is None:
+            raise
+        raise KeyTaken(key, int(found[0])) from None
+    rowid = cur.lastrowid
+    assert rowid is not None
+    return rowid
+
+
+def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
+    """Insert ``rows`` (no keys) and return their ids, in order.
+
+    ``executemany`` keeps the per-row cost in C but reports no ids. Inside
+    one write transaction, with nobody else writing, SQLite gives each new
+    row max(id) + 1 until that would pass the 64-bit limit (then it picks
+    free ids at random), so the ids are the run after the largest one.
+    """
+    if len(rows) == 1:
+        return [insert_one(conn, rows[0])]
+    before = conn.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}").fetchone()[0]
+    if before + len(rows) >= _MAX_ROWID:
+        return [insert_one(conn, row) for row in rows]
+    conn.executemany(_INSERT, rows)
+    return list(range(before + 1, before + 1 + len(rows)))
+
+
+_MAX_ROWID = 2**63 - 1
+
+
+_SWEEP = f"""
+UPDATE {TABLE}
+   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
+       done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
+       last_error = 'lease expired after ' || (?1 - lease_until + 0) || ' s (attempt ' ||
+                    attempts || ' of ' || max_attempts || ')',
+       lease_until = NULL
+ WHERE queue = ?2 AND state = 1 AND lease_until <= ?1
+"""
+
+_CLAIM = f"""
+UPDATE {TABLE}
+   SET state = 1, token = ?1, lease_until = ?2, attempts = attempts + 1
+ WHERE id IN (SELECT id FROM {TABLE}
+               WHERE queue = ?3 AND state = 0 AND run_at <= ?4
+               ORDER BY priority DESC, run_at, id
+               LIMIT ?5)
+RETURNING id, payload, attempts, priority, run_at, max_attempts
+"""
+
+_NEXT_DUE = f"""
+SELECT min(t) FROM (
+    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = ?1 AND state = 0
+    UNION ALL
+    SELECT min(lease_until) FROM {TABLE} WHERE queue = ?1 AND state = 1
+)
+"""
+
+
+def claim(
+    conn: sqlite3.Connection, queue: str, n: int, now: float, until: float, token: int
+) -> tuple[list[Any], float | None]:
+    """Sweep expired leases back (or to the dead letters), then claim up to
+    ``n`` due jobs in one statement. Returns the rows in claim order and,
+    when there were none, when the next job falls due (None: no job at all).
+
+    A swept job keeps its token: the worker whose lease ran out may still ack
+    it, until somebody else claims it (which replaces the token)."""
+    conn.execute(_SWEEP, (now, queue))
+    rows = conn.execute(_CLAIM, (token, until, queue, now, n)).fetchall()
+    if rows:
+        # RETURNING does not follow the subquery's order.
+        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+        return rows, None
+    due = conn.execute(_NEXT_DUE, (queue,)).fetchone()[0]
+    return rows, due
+
+
+_ACK = (
+    f"UPDATE {TABLE} SET state = 2, done_at = ?, lease_until = NULL "
+    "WHERE id = ? AND token = ? AND state <> 2"
+)
+
+
+def ack(conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
+    """Mark done the jobs still held under these (id, token) pairs; return
+    the ids that were not (the lost ones)."""
+    if len(owned) == 1:
+        jid, token = owned[0]
+        return [] if conn.execute(_ACK, (now, jid, token)).rowcount == 1 else [jid]
+    cur = conn.executemany(_ACK, [(now, jid, token) for jid, token in owned])
+    if cur.rowcount == len(owned):
+        return []
+    return _not_done_by(conn, now, owned)
+
+
+def _not_done_by(
+    conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]
+) -> list[int]:
+    """Which of ``owned`` did the ack at ``now`` not mark done?"""
+    lost = []
+    for jid, token in owned:
+        row = conn.execute(
+            f"SELECT state, token, done_at FROM {TABLE} WHERE id = ?", (jid,)
+        ).fetchone()
+        if row is None or not (row[0] == DONE and row[1] == token and row[2] == now):
+            lost.append(jid)
+    return lost
+
+
+_EXTEND = (
+    f"UPDATE {TABLE} SET state = 1, lease_until = ? WHERE id = ? AND token = ? AND state IN (0, 1)"
+)
+
+
+def extend(conn: sqlite3.Connection, jid: int, token: int, until: float) -> bool:
+    """Move the lease on; also takes back a job whose lease ran out and that
+    nobody has claimed since (the token is still ours)."""
+    return conn.execute(_EXTEND, (until, jid, token)).rowcount == 1
+
+
+_FAIL = f"""
+UPDATE {TABLE}
+   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
+       done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
+       run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE ?2 END,
+       last_error = ?3, token = NULL, lease_until = NULL
+ WHERE id = ?4 AND token = ?5 AND state IN (0, 1)
+RETURNING state
+"""
+
+
+def fail(
+    conn: sqlite3.Connection, jid: int, token: int, now: float, retry_at: float, error: str
+) -> int | None:
+    """Record a failed attempt: back to the queue at ``retry_at``, or dead if
+    its attempts are used up. Returns the new state, None if not ours."""
+    # fetchall, not fetchone: a RETURNING statement left unfinished is
+    # stepped again later by the sqlite3 module, re-applying its changes.
+    rows = conn.execute(_FAIL, (now, retry_at, error, jid, token)).fetchall()
+    return int(rows[0][0]) if rows else None
+
+
+_RELEASE = f"""
+UPDATE {TABLE} SET state = 0, attempts = max(attempts - 1, 0), token = NULL, lease_until = NULL
+ WHERE id = ? AND token = ? AND state IN (0, 1)
+"""
+
+
+def release(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]]) -> list[int]:
+    """Give jobs back unstarted (the attempt is not counted); they keep their
+    place in the queue. Returns the ids that were no longer ours."""
+    return [jid for jid, token in owned if conn.execute(_RELEASE, (jid, token)).rowcount != 1]
+
+
+def retry_dead(
+    conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: float
+) -> tuple[int, list[int]]:
+    """Revive dead jobs (all of the queue's, or these ids) with fresh
+    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    revive = (
+        f"UPDATE {TABLE} SET state = 0, attempts = 0, run_at = ?, done_at = NULL, token = NULL "
+        "WHERE queue = ? AND state = 3"
+    )
+    if ids is None:
+        return conn.execute(revive, (now, queue)).rowcount, []
+    unknown = [
+        jid
+        for jid in ids
+        if conn.execute(f"SELECT 1 FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue))
+        .fetchone() is None
+    ]  # fmt: skip
+    if unknown:
+        return 0, unknown
+    n = 0
+    for jid in ids:
+        n += conn.execute(revive + " AND id = ?", (now, queue, jid)).rowcount
+    return n, []
+
+
+def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int) -> int:
+    """Delete up to ``limit`` finished jobs of ``state`` that finished before
+    ``before`` (oldest first); the caller loops so no transaction is long."""
+    return conn.execute(
+        f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
+        "WHERE queue = ? AND state = ? AND done_at < ? ORDER BY done_at LIMIT ?)",
+        (queue, state, before, limit),
+    ).rowcount
+
+
+# -- reads (through the reader pool) ------------------------------------------
+
+COLUMNS = (
+    "id, queue, state, priority, run_at, payload, attempts, max_attempts, lease_until, key, "
+    "last_error, created_at, done_at"
+)
+SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = ?"
+SELECT_DEAD = (
+    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = ? AND state = 3 ORDER BY done_at DESC LIMIT ?"
+)
+COUNTS = f"""
+SELECT (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at <= ?2),
+       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at > ?2),
+       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 1),
+       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 2),
+       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 3)
+"""
+# Is there anything to claim? (waiting claimers ask this before taking the gate)
+ANY_DUE = f"""
+SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at <= ?2)
+    OR EXISTS (SELECT 1 FROM {TABLE} WHERE queue = ?1 AND state = 1 AND lease_until <= ?2)
+"""

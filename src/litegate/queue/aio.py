@@ -1,0 +1,277 @@
+"""``litegate.queue`` for asyncio: the same queue, every method awaitable.
+
+```python
+from litegate.queue import aio
+
+q = await aio.Queue.open("app.db", name="emails")   # or aio.Queue(adb, name=...)
+await q.put({"to": "ada@example.org"})
+for job in await q.claim(n=10, wait=1.0):
+    await q.ack(job)
+await q.close()
+```
+
+The logic is the sync queue's own (``_core.py``); only the driver differs:
+writes go through ``AsyncDatabase.transact`` (group-committed with every
+other waiting task and thread), reads through the reader pool. Nothing runs
+on the event loop's thread but encoding and decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .._database import Database
+from .._errors import ConfigError
+from ..aio import AsyncDatabase
+from ..aio import connect as _aio_connect
+from . import _sqlite as sql
+from ._core import Core, Job, JobInfo, Query, Step, Tx, _seconds
+from ._errors import LeaseLost
+from ._queue import DEFAULT_POLL, Stats
+from ._waker import Waker
+
+__all__ = ["Queue"]
+
+
+class Queue:
+    """The asyncio face of :class:`litegate.queue.Queue` (same arguments and
+    guarantees). ``db`` is a :class:`litegate.aio.AsyncDatabase` (or a sync
+    :class:`litegate.Database`, which it wraps); to open a path, use
+    ``await Queue.open(path, name)``. Tables are created on first use."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase | Database,
+        name: str = "default",
+        *,
+        retry_base: float = 1.0,
+        retry_max: float = 600.0,
+        poll: float = DEFAULT_POLL,
+    ) -> None:
+        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
+        poll = _seconds("poll", poll, zero_ok=False)
+        if isinstance(db, Database):
+            db = AsyncDatabase(db)
+        if not isinstance(db, AsyncDatabase):
+            raise ConfigError(
+                "aio.Queue takes a litegate.aio.AsyncDatabase (await litegate.aio.connect(path))"
+                f"; to open a path use 'await aio.Queue.open(path)'. Got {db!r}"
+            )
+        self.db = db
+        self.name = name
+        self.stats_counters = Stats()
+        self._waker = Waker(db.sync.path, poll)
+        self._owns_db = False
+        self._schema_ready = False
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], name: str = "default", **kwargs: Any
+    ) -> Queue:
+        """Open the database at ``path`` (``litegate.connect``'s defaults) and
+        the queue ``name`` in it; ``close()`` closes both."""
+        adb = await _aio_connect(path)
+        try:
+            q = cls(adb, name, **kwargs)
+            await q._ensure_schema()
+        except BaseException:
+            await adb.close()
+            raise
+        q._owns_db = True
+        return q
+
+    # -- plumbing -----------------------------------------------------------------
+    async def _ensure_schema(self) -> None:
+        if not self._schema_ready:
+            await self.db.transact(sql.create_schema)  # idempotent; a race costs one no-op
+            self._schema_ready = True
+
+    async def _run(self, step: Step[Any]) -> Any:
+        if not self._schema_ready:
+            await self._ensure_schema()
+        try:
+            op = next(step)
+            while True:
+                try:
+                    if isinstance(op, Tx):
+                        result = await self.db.transact(op.fn)
+                    else:
+                        assert isinstance(op, Query)
+                        result = await self.db.query(op.sql, op.params)
+                except BaseException as exc:
+                    op = step.throw(exc)
+                else:
+                    op = step.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    def __repr__(self) -> str:
+        c = self.stats_counters.as_dict()
+        return (
+            f"<litegate.queue.aio.Queue {self.name!r} db={self.db.sync.path!r} put={c['put']} "
+            f"claimed={c['claimed']} acked={c['acked']} failed={c['failed']} "
+            f"waiting_claimers={self._waker.waiting}>"
+        )
+
+    # -- putting ------------------------------------------------------------------
+    async def put(
+        self,
+        payload: Any,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        key: str | None = None,
+    ) -> int:
+        jid: int = await self._run(self._core.put(payload, priority, delay, max_attempts, key))
+        self.stats_counters.add("put", 1)
+        self._waker.notify()
+        return jid
+
+    async def put_many(
+        self,
+        payloads: Iterable[Any],
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+    ) -> list[int]:
+        ids: list[int] = await self._run(
+            self._core.put_many(payloads, priority, delay, max_attempts)
+        )
+        self.stats_counters.add("put", len(ids))
+        if ids:
+            self._waker.notify()
+        return ids
+
+    # -- claiming -----------------------------------------------------------------
+    async def claim(self, n: int = 1, lease: float = 30.0, wait: float = 0.0) -> list[Job]:
+        wait = _seconds("wait", wait, zero_ok=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        check = False
+        while True:
+            due: float | None = None
+            if not check or await self._run(self._core.any_due()):
+                jobs, due = await self._run(self._core.claim(n, lease))
+                if jobs:
+                    self.stats_counters.add("claimed", len(jobs))
+                    return list(jobs)
+            check = True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake(fut: asyncio.Future[None] = woken) -> None:  # any thread
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    loop.call_soon_threadsafe(_set, fut)
+
+            self._waker.add(wake)
+            try:
+                if await self._run(self._core.any_due()):
+                    continue
+                pause = remaining if due is None else min(remaining, max(0.0, due - time.time()))
+                await asyncio.wait([woken], timeout=pause)
+            finally:
+                self._waker.discard(wake)
+
+    # -- finishing ----------------------------------------------------------------
+    async def ack(self, job: Job) -> None:
+        await self.ack_many([job])
+
+    async def ack_many(self, jobs: Iterable[Job]) -> None:
+        try:
+            n_acked = await self._run(self._core.ack(jobs))
+            self.stats_counters.add("acked", n_acked)
+        except LeaseLost as exc:
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            raise
+
+    async def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
+        try:
+            state: str = await self._run(self._core.fail(job, error, retry_in))
+        except LeaseLost as exc:
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            raise
+        self.stats_counters.add("failed", 1)
+        if state == "dead":
+            self.stats_counters.add("dead", 1)
+        elif state == "ready":
+            self._waker.notify()
+        return state
+
+    async def extend(self, job: Job, lease: float = 30.0) -> float:
+        try:
+            until: float = await self._run(self._core.extend(job, lease))
+        except LeaseLost as exc:
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            raise
+        return until
+
+    async def release(self, job: Job | Iterable[Job]) -> None:
+        jobs = [job] if isinstance(job, Job) else job
+        try:
+            n: int = await self._run(self._core.release(jobs))
+        except LeaseLost as exc:
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            raise
+        self.stats_counters.add("released", n)
+        if n:
+            self._waker.notify()
+
+    # -- looking ------------------------------------------------------------------
+    async def get(self, job_id: int) -> JobInfo:
+        info: JobInfo = await self._run(self._core.get(job_id))
+        return info
+
+    async def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = await self._run(self._core.counts())
+        return counts
+
+    async def dead(self, limit: int = 100) -> list[JobInfo]:
+        jobs: list[JobInfo] = await self._run(self._core.dead(limit))
+        return jobs
+
+    async def retry_dead(self, ids: Iterable[int] | None = None) -> int:
+        n: int = await self._run(self._core.retry_dead(ids))
+        if n:
+            self._waker.notify()
+        return n
+
+    async def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
+        n: int = await self._run(self._core.purge(done_before, dead_before))
+        return n
+
+    async def stats(self) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "counters": self.stats_counters.as_dict(),
+            "counts": await self.counts(),
+            "waiting_claimers": self._waker.waiting,
+            "db": self.db.stats(),
+        }
+
+    # -- closing ------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._waker.close)
+        if self._owns_db:
+            await self.db.close()
+
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _set(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,68 @@
+"""The queue's guarantees are one suite run on every face and backend.
+
+``make_queue`` opens a queue on the database at ``db_path``. Its ``face``
+parameter runs the suite over the sync :class:`litegate.queue.Queue` and over
+:class:`litegate.queue.aio.Queue` (driven from a private event loop, so the
+tests read the same). A PostgreSQL backend will join the parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from litegate.queue import Queue, aio
+
+
+class SyncOverAsync:
+    """The aio queue with a sync face: each call runs on a private loop."""
+
+    def __init__(self, path: str, name: str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.q: aio.Queue = self._call(aio.Queue.open(path, name, **kwargs))
+        self.name = name
+        self.db = self.q.db.sync
+
+    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
+
+    def __getattr__(self, attr: str) -> Callable[..., Any]:
+        method = getattr(self.q, attr)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(method(*args, **kwargs))
+
+        return call
+
+    def close(self) -> None:
+        self._call(self.q.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+MakeQueue = Callable[..., Any]
+
+
+@pytest.fixture(params=["sync", "aio"])
+def make_queue(request: pytest.FixtureRequest, db_path: str) -> Iterator[MakeQueue]:
+    opened: list[Any] = []
+
+    def make(name: str = "default", **kwargs: Any) -> Any:
+        q: Any
+        if request.param == "sync":
+            q = Queue(db_path, name, **kwargs)
+        else:
+            q = SyncOverAsync(db_path, name, **kwargs)
+        opened.append(q)
+        return q
+
+    yield make
+    for q in opened:
+        q.close()

@@ -1,0 +1,479 @@
+"""The queue's behaviour, on every face (see conftest.py): order, leases and
+their tokens, retries, dead letters, dedupe, inspection and bad input."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+import litegate
+from litegate.queue import (
+    STATES,
+    DuplicateJob,
+    Job,
+    JobNotFound,
+    LeaseLost,
+    PayloadError,
+    Queue,
+    _core,
+)
+from tests.litegate.queue.conftest import MakeQueue
+
+
+def state_of(q: Any, jid: int) -> str:
+    info = q.get(jid)
+    assert isinstance(info.state, str)
+    return info.state
+
+
+def test_put_claim_ack_round_trip(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    payload = {"to": "ada@example.org", "n": [1, 2.5, None, True], "s": "é"}
+    jid = q.put(payload)
+    assert state_of(q, jid) == "ready"
+    (job,) = q.claim()
+    assert (job.id, job.payload, job.attempt, job.priority, job.max_attempts) == (
+        jid,
+        payload,
+        1,
+        0,
+        5,
+    )
+    assert job.lease_until == pytest.approx(time.time() + 30.0, abs=5)
+    assert state_of(q, jid) == "leased"
+    assert q.claim() == []  # nothing else to claim
+    q.ack(job)
+    info = q.get(jid)
+    assert (info.state, info.attempts, info.payload) == ("done", 1, payload)
+    assert info.done_at is not None
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 0, "done": 1, "dead": 0}
+
+
+def test_claim_order_priority_then_oldest(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    low = q.put_many(["l1", "l2"], priority=0)
+    high = q.put("h", priority=10)
+    mid = q.put_many(["m1", "m2"], priority=5)
+    jobs = q.claim(n=10)
+    assert [j.id for j in jobs] == [high, *mid, *low]
+    assert [j.payload for j in jobs] == ["h", "m1", "m2", "l1", "l2"]
+    # every job of one claim carries the same fresh token; claims differ
+    assert len({j.token for j in jobs}) == 1
+
+
+def test_put_many_returns_ids_in_order(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    first = q.put("a")
+    ids = q.put_many([{"i": i} for i in range(250)])
+    assert ids == list(range(first + 1, first + 251))
+    assert [q.get(i).payload for i in (ids[0], ids[137], ids[-1])] == [
+        {"i": 0},
+        {"i": 137},
+        {"i": 249},
+    ]
+    assert q.put_many([]) == []
+    assert q.put_many(iter(["x"])) == [ids[-1] + 1]
+
+
+def test_claim_n_takes_at_most_n(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    q.put_many(list(range(7)))
+    assert [j.payload for j in q.claim(n=3)] == [0, 1, 2]
+    assert [j.payload for j in q.claim(n=10)] == [3, 4, 5, 6]
+    assert q.counts()["leased"] == 7
+
+
+def test_queues_are_separate(make_queue: MakeQueue) -> None:
+    a, b = make_queue("a"), make_queue("b")
+    ja = a.put("for a")
+    b.put("for b")
+    assert [j.payload for j in b.claim(n=5)] == ["for b"]
+    with pytest.raises(JobNotFound):
+        b.get(ja)
+    assert a.counts()["ready"] == 1
+
+
+def test_delay_schedules(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    later = q.put("later", delay=0.4)
+    now = q.put("now")
+    assert state_of(q, later) == "scheduled"
+    assert q.counts()["scheduled"] == 1
+    assert [j.id for j in q.claim(n=5)] == [now]
+    time.sleep(0.45)
+    assert state_of(q, later) == "ready"
+    assert [j.id for j in q.claim(n=5)] == [later]
+
+
+def test_claim_wait_is_woken_by_a_put_in_this_process(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    timer = threading.Timer(0.2, lambda: q.put("late"))
+    timer.start()
+    # Without a wake-up the claim would return [] after 30 s; it gets the job.
+    jobs = q.claim(wait=30)
+    timer.join()
+    assert [j.payload for j in jobs] == ["late"]
+
+
+def test_claim_wait_returns_empty_after_wait(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    t0 = time.monotonic()
+    assert q.claim(wait=0.2) == []
+    assert time.monotonic() - t0 >= 0.19
+
+
+def test_claim_wait_sleeps_until_a_scheduled_job_is_due(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("soon", delay=0.3)
+    assert [j.id for j in q.claim(wait=30)] == [jid]
+
+
+def test_stale_ack_after_reclaim_raises_and_changes_nothing(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("x")
+    (old,) = q.claim(lease=0.1)
+    time.sleep(0.15)
+    (new,) = q.claim(lease=30)  # the lease ran out: somebody else has it now
+    assert (new.id, new.attempt) == (jid, 2)
+    for call in (q.ack, q.extend, q.fail, q.release):
+        with pytest.raises(LeaseLost) as info:
+            call(old)
+        assert info.value.job_ids == [jid]
+        assert "no longer" in str(info.value)
+    after = q.get(jid)
+    assert (after.state, after.attempts, after.last_error) == ("leased", 2, after.last_error)
+    q.ack(new)  # the new holder is unaffected
+    assert state_of(q, jid) == "done"
+    with pytest.raises(LeaseLost):
+        q.ack(new)  # never acked twice
+
+
+def test_late_ack_of_an_expired_lease_nobody_took_succeeds(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("x")
+    (job,) = q.claim(lease=0.1)
+    time.sleep(0.15)
+    q.ack(job)  # expired, but nobody claimed it since: the work is not lost
+    assert state_of(q, jid) == "done"
+    # The same after a sweep has sent it back to the queue, unclaimed.
+    jid2 = q.put("y")
+    (job2,) = q.claim(lease=0.1)
+    time.sleep(0.15)
+    urgent = q.put("urgent", priority=9)
+    (first,) = q.claim(n=1)  # sweeps job2 back to ready, but takes the urgent one
+    assert first.id == urgent
+    assert state_of(q, jid2) == "ready"
+    q.ack(job2)  # its token is still the latest
+    assert state_of(q, jid2) == "done"
+    with pytest.raises(LeaseLost):
+        q.ack(job2)
+
+
+def test_extend_keeps_the_job(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    q.put("long")
+    (job,) = q.claim(lease=0.2)
+    until = q.extend(job, lease=30)
+    assert until == job.lease_until
+    assert until == pytest.approx(time.time() + 30, abs=5)
+    time.sleep(0.25)
+    assert q.claim() == []  # not handed to anybody else
+    q.ack(job)
+
+
+def test_fail_backs_off_then_dead_letters(make_queue: MakeQueue) -> None:
+    q = make_queue(retry_base=0.05, retry_max=0.1)
+    jid = q.put({"task": 1}, max_attempts=3)
+    for attempt in (1, 2):
+        (job,) = q.claim(wait=5)
+        assert (job.attempt, job.last_attempt) == (attempt, False)
+        assert q.fail(job, error=f"boom {attempt}") == "scheduled"
+        info = q.get(jid)
+        assert (info.state, info.last_error) == ("scheduled", f"boom {attempt}")
+        # back-off: base * 2**(attempt-1), capped, +-25 %
+        wanted = min(0.1, 0.05 * 2 ** (attempt - 1))
+        assert 0.75 * wanted - 0.05 <= info.run_at - time.time() <= 1.25 * wanted
+    (job,) = q.claim(wait=5)
+    assert (job.attempt, job.last_attempt) == (3, True)
+    assert q.fail(job, error="final") == "dead"
+    (dead,) = q.dead()
+    assert (dead.id, dead.state, dead.attempts, dead.last_error) == (jid, "dead", 3, "final")
+    assert q.counts()["dead"] == 1
+    assert q.claim(wait=0.2) == []
+    assert q.retry_dead([jid]) == 1
+    (job,) = q.claim()
+    assert (job.id, job.attempt) == (jid, 1)
+    q.ack(job)
+
+
+def test_fail_retry_in_and_zero(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("x")
+    (job,) = q.claim()
+    assert q.fail(job, "again now", retry_in=0) == "ready"
+    (job,) = q.claim()
+    assert job.attempt == 2
+    assert q.fail(job, "in a minute", retry_in=60) == "scheduled"
+    assert q.get(jid).run_at == pytest.approx(time.time() + 60, abs=5)
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    core = _core.Core("q", retry_base=1.0, retry_max=30.0)
+    for attempt, base in ((1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (6, 30.0), (500, 30.0)):
+        delays = [core.backoff(attempt) for _ in range(200)]
+        assert all(0.75 * base <= d <= min(30.0, 1.25 * base) for d in delays)
+        if base < 30:
+            assert len(set(delays)) > 100  # jittered
+
+
+def test_expired_lease_on_last_attempt_goes_dead(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("x", max_attempts=1)
+    (job,) = q.claim(lease=0.1)
+    time.sleep(0.15)
+    assert q.claim() == []  # the sweep: out of attempts, so dead, not ready
+    info = q.get(jid)
+    assert info.state == "dead"
+    assert "lease expired" in (info.last_error or "")
+    assert job.id == jid
+
+
+def test_release_does_not_count_the_attempt_and_keeps_the_place(
+    make_queue: MakeQueue,
+) -> None:
+    q = make_queue()
+    ids = q.put_many(["a", "b", "c"])
+    jobs = q.claim(n=2)
+    q.release(jobs)
+    assert q.counts()["ready"] == 3
+    again = q.claim(n=3)
+    assert [j.id for j in again] == ids
+    assert [j.attempt for j in again] == [1, 1, 1]
+    q.release(again[0])
+    with pytest.raises(LeaseLost):
+        q.release(again[0])
+
+
+def test_ack_many_acks_the_rest_and_reports_the_lost(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    ids = q.put_many(range(4))
+    jobs = q.claim(n=4, lease=0.1)
+    time.sleep(0.15)
+    (taken,) = q.claim(n=1, lease=30)  # ids[0] is someone else's now
+    assert taken.id == ids[0]
+    with pytest.raises(LeaseLost) as info:
+        q.ack_many(jobs)
+    assert info.value.job_ids == [ids[0]]
+    assert "the other 3 were acked" in str(info.value)
+    assert [state_of(q, i) for i in ids] == ["leased", "done", "done", "done"]
+    q.ack_many([])  # nothing to do
+
+
+def test_dedupe_key_while_not_done(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    first = q.put("a", key="user-7")
+    with pytest.raises(DuplicateJob) as info:
+        q.put("b", key="user-7")
+    assert (info.value.key, info.value.existing_id) == ("user-7", first)
+    assert "user-7" in str(info.value)
+    assert q.counts()["ready"] == 1  # nothing stored
+    other = q.put("c", key="user-8")
+    (job, job2) = q.claim(n=2)
+    q.ack(job)
+    again = q.put("d", key="user-7")  # done: the key is free again
+    assert again not in (first, other)
+    q.fail(job2, "x", retry_in=0)  # user-8 stays taken through retries
+    with pytest.raises(DuplicateJob):
+        q.put("e", key="user-8")
+    assert make_queue("other-queue").put("f", key="user-7") > 0  # keys are per queue
+
+
+def test_counts_every_state(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    q.put_many(["r1", "r2"])
+    q.put("s", delay=60)
+    q.put("to-lease", priority=9)
+    q.put("to-ack", priority=8)
+    q.put("to-kill", priority=7, max_attempts=1)
+    leased, to_ack, to_kill = q.claim(n=3)
+    q.ack(to_ack)
+    q.fail(to_kill, "x")
+    counts = q.counts()
+    assert counts == {"ready": 2, "scheduled": 1, "leased": 1, "done": 1, "dead": 1}
+    assert tuple(counts) == STATES
+    assert leased.payload == "to-lease"
+
+
+def test_purge_done_and_dead(make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_core, "PURGE_CHUNK", 7)  # several transactions
+    q = make_queue()
+    q.put_many(range(20))
+    q.ack_many(q.claim(n=20))
+    dead = q.put("d", max_attempts=1)
+    q.fail(q.claim()[0], "x")
+    keep = q.put("still here")
+    assert q.purge(done_before=time.time() - 3600) == 0  # none that old
+    cutoff = datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert q.purge(done_before=cutoff) == 20
+    assert q.counts() == {"ready": 1, "scheduled": 0, "leased": 0, "done": 0, "dead": 1}
+    assert q.purge(dead_before=time.time() + 1) == 1
+    with pytest.raises(JobNotFound):
+        q.get(dead)
+    assert state_of(q, keep) == "ready"
+    with pytest.raises(litegate.ConfigError, match="done_before"):
+        q.purge()
+    with pytest.raises(litegate.ConfigError, match="aware"):
+        q.purge(done_before=datetime.now())
+
+
+def test_retry_dead_unknown_ids_change_nothing(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    jid = q.put("x", max_attempts=1)
+    q.fail(q.claim()[0], "x")
+    with pytest.raises(JobNotFound) as info:
+        q.retry_dead([jid, 999_999])
+    assert info.value.job_ids == [999_999]
+    assert "999999" in str(info.value)
+    assert state_of(q, jid) == "dead"
+    assert q.retry_dead() == 1  # all of them
+    assert state_of(q, jid) == "ready"
+
+
+BAD_PUTS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"payload": {1, 2}}, PayloadError, "JSON"),
+    ({"payload": math.nan}, PayloadError, "JSON"),
+    ({"payload": b"bytes"}, PayloadError, "JSON"),
+    ({"payload": 1, "delay": -1}, litegate.ConfigError, "delay"),
+    ({"payload": 1, "delay": math.nan}, litegate.ConfigError, "delay"),
+    ({"payload": 1, "delay": math.inf}, litegate.ConfigError, "delay"),
+    ({"payload": 1, "delay": "5"}, litegate.ConfigError, "delay"),
+    ({"payload": 1, "max_attempts": 0}, litegate.ConfigError, "max_attempts"),
+    ({"payload": 1, "priority": 1.5}, litegate.ConfigError, "priority"),
+    ({"payload": 1, "priority": 2**70}, litegate.ConfigError, "priority"),
+    ({"payload": 1, "key": ""}, litegate.ConfigError, "key"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "words"), BAD_PUTS)
+def test_bad_put_is_a_typed_error_and_stores_nothing(
+    make_queue: MakeQueue, kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    q = make_queue()
+    q.put("kept")
+    with pytest.raises(error, match=words) as info:
+        q.put(**kwargs)
+    assert isinstance(info.value, litegate.Error)
+    if "key" not in kwargs:  # put_many takes no key; the rest the same way
+        with pytest.raises(error):
+            q.put_many(["fine", kwargs["payload"]] if error is PayloadError else ["fine"],
+                       **{k: v for k, v in kwargs.items() if k != "payload"})  # fmt: skip
+    assert q.counts()["ready"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"n": 0}, "n must be at least 1"),
+        ({"n": 1.0}, "n must be a whole number"),
+        ({"lease": 0}, "lease"),
+        ({"lease": -1}, "lease"),
+        ({"lease": math.nan}, "lease"),
+        ({"wait": -1}, "wait"),
+    ],
+)
+def test_bad_claim_is_a_typed_error(
+    make_queue: MakeQueue, kwargs: dict[str, Any], words: str
+) -> None:
+    q = make_queue()
+    q.put("kept")
+    with pytest.raises(litegate.ConfigError, match=words):
+        q.claim(**kwargs)
+    assert q.counts()["ready"] == 1
+
+
+def test_unknown_ids_and_foreign_objects(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    with pytest.raises(JobNotFound, match="no job 12345") as info:
+        q.get(12345)
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, litegate.Error)
+    with pytest.raises(litegate.ConfigError, match="Job objects"):
+        q.ack({"id": 1})
+    with pytest.raises(litegate.ConfigError, match="list"):
+        q.put_many({"not": "a list"})
+    with pytest.raises(litegate.ConfigError, match="extend"):
+        q.extend(None)
+
+
+def test_bad_construction(db_path: str, tmp_path: Any) -> None:
+    with pytest.raises(litegate.ConfigError, match="name"):
+        Queue(db_path, name="")
+    with pytest.raises(litegate.ConfigError, match="retry_max"):
+        Queue(db_path, retry_base=10, retry_max=1)
+    with pytest.raises(litegate.ConfigError, match=r"litegate\.Database"):
+        Queue(sqlite3.connect(":memory:"))  # type: ignore[arg-type]
+    with pytest.raises(litegate.OpenError, match="does not exist"):
+        Queue(str(tmp_path / "missing" / "q.db"))
+
+
+def test_a_failing_statement_loses_nothing_committed(db_path: str) -> None:
+    """A SQL error inside a claim or ack reaches its caller only: jobs stay."""
+    q = Queue(db_path)
+    ids = q.put_many(range(3))
+    fake = Job(ids[0], None, 1, 0, time.time() + 30, 5, "default", token=123)
+    with pytest.raises(LeaseLost):
+        q.ack(fake)  # a token that never was ours
+    assert q.counts()["ready"] == 3
+    q.close()
+
+
+def test_threads_each_job_once(db_path: str) -> None:
+    """8 producer threads and 8 claiming threads on one Queue: every job is
+    acked exactly once, none lost, and calls were group-committed."""
+    q = Queue(db_path)
+    per, threads = 150, 8
+    acked: list[int] = []
+    lock = threading.Lock()
+    put_ids: list[int] = []
+    producing = threading.Event()
+
+    def produce(k: int) -> None:
+        mine = [q.put({"k": k, "i": i}) for i in range(per)]
+        with lock:
+            put_ids.extend(mine)
+
+    def consume() -> None:
+        while True:
+            jobs = q.claim(n=1, wait=0.2)
+            if not jobs:
+                if not producing.is_set():
+                    return
+                continue
+            q.ack(jobs[0])
+            with lock:
+                acked.append(jobs[0].id)
+
+    producing.set()
+    consumers = [threading.Thread(target=consume) for _ in range(threads)]
+    producers = [threading.Thread(target=produce, args=(k,)) for k in range(threads)]
+    for t in consumers + producers:
+        t.start()
+    for t in producers:
+        t.join()
+    producing.clear()
+    for t in consumers:
+        t.join()
+    assert len(put_ids) == per * threads == len(set(put_ids))
+    assert sorted(acked) == sorted(put_ids)
+    assert q.counts()["done"] == per * threads
+    batches = q.db.stats()["writes"]["group_commit"]
+    assert batches["max"] > 1  # concurrent calls shared transactions
+    assert f"acked={per * threads}" in repr(q)
+    assert q.stats()["counters"]["acked"] == per * threads
+    q.close()
