@@ -264,3 +264,74 @@ def test_disk_full_at_commit_fails_every_member(tiny_disk: str) -> None:
     assert db.query("SELECT count(*) FROM t") == [(2,)]
     assert db.query("PRAGMA integrity_check") == [("ok",)]
     db.close()
+
+
+def test_transact_members_share_the_batch_and_fail_alone(gdb: litegate.Database) -> None:
+    """db.transact(fn): several statements in one member's SAVEPOINT; an
+    exception undoes only that member's statements and reaches only its caller."""
+
+    def two_rows(tag: str) -> Callable[[sqlite3.Connection], int]:
+        def fn(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t(v) VALUES (?)", (tag + "1",))
+            conn.execute("INSERT INTO t(v) VALUES (?)", (tag + "2",))
+            return int(conn.execute("SELECT count(*) FROM t").fetchone()[0])
+
+        return fn
+
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t(v) VALUES ('half')")
+        raise KeyError("mine alone")
+
+    r = run_as_one_batch(
+        gdb,
+        [
+            lambda: gdb.transact(two_rows("a")),  # the leader: no savepoint of its own
+            lambda: gdb.transact(half_then_fail),
+            lambda: gdb.execute("INSERT INTO t(v) VALUES ('plain')"),
+            lambda: gdb.transact(two_rows("b")),
+        ],
+    )
+    assert r[0] == 2
+    assert isinstance(r[1], KeyError)
+    assert r[2].rowcount == 1
+    assert r[3] == 5  # saw a1, a2, plain: all in the same open transaction
+    assert values(gdb) == ["a1", "a2", "b1", "b2", "plain"]
+    assert gdb.stats()["writes"]["group_commit"]["max"] == 3
+
+
+def test_transact_leader_failing_leaves_nothing(gdb: litegate.Database) -> None:
+    def fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t(v) VALUES ('x')")
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        gdb.transact(fail)
+    assert values(gdb) == []
+    assert gdb.transact(lambda conn: conn.execute("SELECT 41 + 1").fetchone()[0]) == 42
+    with gdb.write(), pytest.raises(litegate.NestedWriteError, match=r"db\.transact"):
+        gdb.transact(lambda conn: None)
+
+
+def test_transact_from_asyncio(db_path: str) -> None:
+    import asyncio
+    from functools import partial
+
+    import litegate.aio
+
+    async def main() -> list[int]:
+        adb = await litegate.aio.connect(db_path)
+        await adb.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+
+        def insert(conn: sqlite3.Connection, i: int) -> int:
+            cur = conn.execute("INSERT INTO t(v) VALUES (?)", (f"v{i}",))
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        ids = await asyncio.gather(*(adb.transact(partial(insert, i=i)) for i in range(50)))
+        with pytest.raises(ZeroDivisionError):
+            await adb.transact(lambda conn: 1 // 0)
+        await adb.close()
+        return list(ids)
+
+    ids = asyncio.run(main())
+    assert sorted(ids) == list(range(1, 51))
