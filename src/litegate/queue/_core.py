@@ -24,7 +24,8 @@ from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from .._errors import ConfigError
-from . import _sqlite as sql
+from . import _sqlite
+from . import _sqlite as sql  # the state numbers and KeyTaken, shared by every store
 from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError
 
 R = TypeVar("R")
@@ -173,9 +174,17 @@ def _check_jobs(jobs: Iterable[Job], what: str) -> list[Job]:
 
 class Core:
     """The operations of one named queue. Not tied to a connection or a
-    thread; safe to share."""
+    thread; safe to share.
 
-    def __init__(self, name: str, *, retry_base: float, retry_max: float) -> None:
+    ``store`` is the seam to the database: a module (or object) with the
+    functions and read statements of ``_sqlite.py``. Everything that is not
+    SQL (validation, encoding, tokens, back-off, errors) lives here, once.
+    """
+
+    def __init__(
+        self, name: str, *, retry_base: float, retry_max: float, store: Any = _sqlite
+    ) -> None:
+        self.store = store
         if not isinstance(name, str) or not name:
             raise ConfigError(f"name must be a non-empty string, got {name!r}")
         self.name = name
@@ -199,7 +208,7 @@ class Core:
         now = time.time()
         row = (self.name, priority, now + delay, body, max_attempts, key, now)
         try:
-            jid: int = yield Tx(partial(sql.insert_one, row=row))
+            jid: int = yield Tx(partial(self.store.insert_one, row=row))
         except sql.KeyTaken as taken:
             raise DuplicateJob(
                 f"a job with key {taken.key!r} is already in queue {self.name!r} and not done "
@@ -226,7 +235,7 @@ class Core:
         now = time.time()
         run_at, name = now + delay, self.name
         rows = [(name, priority, run_at, b, max_attempts, None, now) for b in bodies]
-        ids: list[int] = yield Tx(partial(sql.insert_many, rows=rows))
+        ids: list[int] = yield Tx(partial(self.store.insert_many, rows=rows))
         return ids
 
     # -- claiming -----------------------------------------------------------------
@@ -239,14 +248,14 @@ class Core:
         now = time.time()
         until = now + lease
         rows, due = yield Tx(
-            partial(sql.claim, queue=self.name, n=n, now=now, until=until, token=token)
+            partial(self.store.claim, queue=self.name, n=n, now=now, until=until, token=token)
         )
         name = self.name
         jobs = [Job(r[0], json.loads(r[1]), r[2], r[3], until, r[5], name, token) for r in rows]
         return jobs, due
 
     def any_due(self) -> Step[bool]:
-        rows = yield Query(sql.ANY_DUE, (self.name, time.time()))
+        rows = yield Query(self.store.ANY_DUE, (self.name, time.time()))
         return bool(rows[0][0])
 
     # -- finishing ------------------------------------------------------------
@@ -255,7 +264,7 @@ class Core:
         if not todo:
             return 0
         owned = [(j.id, j.token) for j in todo]
-        lost: list[int] = yield Tx(partial(sql.ack, now=time.time(), owned=owned))
+        lost: list[int] = yield Tx(partial(self.store.ack, now=time.time(), owned=owned))
         if lost:
             done = len(todo) - len(lost)
             raise LeaseLost(
@@ -287,7 +296,12 @@ class Core:
         now = time.time()
         state = yield Tx(
             partial(
-                sql.fail, jid=job.id, token=job.token, now=now, retry_at=now + delay, error=error
+                self.store.fail,
+                jid=job.id,
+                token=job.token,
+                now=now,
+                retry_at=now + delay,
+                error=error,
             )
         )
         if state is None:
@@ -298,7 +312,7 @@ class Core:
         (job,) = _check_jobs([job], "extend")
         lease = _seconds("lease", lease, zero_ok=False)
         until = time.time() + lease
-        ok = yield Tx(partial(sql.extend, jid=job.id, token=job.token, until=until))
+        ok = yield Tx(partial(self.store.extend, jid=job.id, token=job.token, until=until))
         if not ok:
             raise self._lost(job, "extend")
         job.lease_until = until
@@ -308,7 +322,9 @@ class Core:
         todo = _check_jobs(jobs, "release")
         if not todo:
             return 0
-        lost: list[int] = yield Tx(partial(sql.release, owned=[(j.id, j.token) for j in todo]))
+        lost: list[int] = yield Tx(
+            partial(self.store.release, owned=[(j.id, j.token) for j in todo])
+        )
         if lost:
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
@@ -329,7 +345,7 @@ class Core:
     # -- looking ----------------------------------------------------------------
     def get(self, jid: int) -> Step[JobInfo]:
         jid = _whole("job id", jid, minimum=None)
-        rows = yield Query(sql.SELECT_JOB, (jid,))
+        rows = yield Query(self.store.SELECT_JOB, (jid,))
         if not rows or rows[0][1] != self.name:
             raise JobNotFound(
                 f"no job {jid} in queue {self.name!r} (never put, purged, or in another queue)",
@@ -338,19 +354,19 @@ class Core:
         return _info(rows[0], time.time())
 
     def counts(self) -> Step[dict[str, int]]:
-        rows = yield Query(sql.COUNTS, (self.name, time.time()))
+        rows = yield Query(self.store.COUNTS, (self.name, time.time()))
         return dict(zip(STATES, (int(v) for v in rows[0]), strict=True))
 
     def dead(self, limit: int) -> Step[list[JobInfo]]:
         limit = _whole("limit", limit, minimum=1)
-        rows = yield Query(sql.SELECT_DEAD, (self.name, limit))
+        rows = yield Query(self.store.SELECT_DEAD, (self.name, limit))
         now = time.time()
         return [_info(r, now) for r in rows]
 
     def retry_dead(self, ids: Iterable[int] | None) -> Step[int]:
         wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]
         revived, unknown = yield Tx(
-            partial(sql.retry_dead, queue=self.name, ids=wanted, now=time.time())
+            partial(self.store.retry_dead, queue=self.name, ids=wanted, now=time.time())
         )
         if unknown:
             raise JobNotFound(
@@ -377,7 +393,11 @@ class Core:
             while True:
                 n = yield Tx(
                     partial(
-                        sql.purge, queue=self.name, state=state, before=before, limit=PURGE_CHUNK
+                        self.store.purge,
+                        queue=self.name,
+                        state=state,
+                        before=before,
+                        limit=PURGE_CHUNK,
                     )
                 )
                 total += n
