@@ -1,8 +1,10 @@
 """``litegate`` / ``python -m litegate``: the command line.
 
-Today it has one command, ``bench``, the lab (``litegate bench --help``). The lab lives in
-:mod:`litegate.lab` and needs the ``lab`` extra; it is imported only when
-asked for, so ``import litegate`` never pays for it.
+Commands: ``bench``, the lab (``litegate bench --help``), and ``worker``, which
+runs a function over a job queue (``litegate worker --help``). The lab lives in
+:mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
+:mod:`litegate.queue`. Both are imported only when their command runs, so
+``import litegate`` never pays for them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "bench",
         help="run a lab experiment (the seeds); 'litegate bench --help' lists them",
+        add_help=False,
+    )
+    sub.add_parser(
+        "worker",
+        help="run a function for every job of a queue; 'litegate worker --help' for options",
         add_help=False,
     )
     return parser
@@ -61,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "bench":
             return _bench(args[1:])
+        if args and args[0] == "worker":
+            from litegate.queue._cli import main as worker_main
+
+            return worker_main(args[1:])
         _parser().parse_args(args)  # prints help or a usage error and exits
         return 2  # pragma: no cover - parse_args always exits here
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2

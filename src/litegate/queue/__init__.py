@@ -20,10 +20,12 @@ runs a function over a queue. See the README's Queue section.
 from ._core import STATES, Job, JobInfo
 from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError, QueueError
 from ._queue import Queue
+from ._worker import HandlerError, Worker, pass_job
 
 __all__ = [
     "STATES",
     "DuplicateJob",
+    "HandlerError",
     "Job",
     "JobInfo",
     "JobNotFound",
@@ -31,4 +33,6 @@ __all__ = [
     "PayloadError",
     "Queue",
     "QueueError",
+    "Worker",
+    "pass_job",
 ]

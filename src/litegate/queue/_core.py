@@ -254,9 +254,13 @@ class Core:
         jobs = [Job(r[0], json.loads(r[1]), r[2], r[3], until, r[5], name, token) for r in rows]
         return jobs, due
 
-    def any_due(self) -> Step[bool]:
-        rows = yield Query(self.store.ANY_DUE, (self.name, time.time()))
-        return bool(rows[0][0])
+    def next_due(self) -> Step[float | None]:
+        """When the next job can be claimed (epoch seconds; in the past if one
+        can be now), None if the queue has nothing waiting or leased. A read:
+        waiting claimers ask this before they take the write gate."""
+        rows = yield Query(self.store.NEXT_DUE, (self.name,))
+        due = rows[0][0]
+        return None if due is None else float(due)
 
     # -- finishing ------------------------------------------------------------
     def ack(self, jobs: Iterable[Job]) -> Step[int]:
@@ -308,14 +312,25 @@ class Core:
             raise self._lost(job, "fail")
         return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
 
-    def extend(self, job: Job, lease: float) -> Step[float]:
-        (job,) = _check_jobs([job], "extend")
+    def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
+        todo = _check_jobs(jobs, "extend")
         lease = _seconds("lease", lease, zero_ok=False)
         until = time.time() + lease
-        ok = yield Tx(partial(self.store.extend, jid=job.id, token=job.token, until=until))
-        if not ok:
-            raise self._lost(job, "extend")
-        job.lease_until = until
+        if not todo:
+            return until
+        owned = [(j.id, j.token) for j in todo]
+        lost: list[int] = yield Tx(partial(self.store.extend, owned=owned, until=until))
+        for job in todo:
+            if job.id not in lost:
+                job.lease_until = until
+        if lost:
+            if len(todo) == 1:
+                raise self._lost(todo[0], "extend")
+            raise LeaseLost(
+                f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
+                f"their leases were not extended (the other {len(todo) - len(lost)} were)",
+                lost,
+            )
         return until
 
     def release(self, jobs: Iterable[Job]) -> Step[int]:

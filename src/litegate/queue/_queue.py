@@ -81,6 +81,7 @@ class Queue:
         self.stats_counters = Stats()
         self._waker = Waker(self.db.path, poll)
         self._closed = False
+        self._interrupts = 0  # wake() counts up; waiting claims compare
         try:
             self.db.transact(sql.create_schema)
         except BaseException:
@@ -140,34 +141,38 @@ class Queue:
         Each job is this worker's until ``job.lease_until``; then it goes back
         to the queue (or to the dead letters if its attempts are used up).
         ``wait``: block up to this many seconds for work; returns ``[]`` if
-        none came.
+        none came, or at once after :meth:`wake`.
         """
         wait = _seconds("wait", wait, zero_ok=True)
         deadline = time.monotonic() + wait
-        check = False  # after the first try: look (a read) before taking the gate
-        while True:
-            if not check or self._run(self._core.any_due()):
-                jobs: list[Job]
-                jobs, due = self._run(self._core.claim(n, lease))
-                if jobs:
-                    self.stats_counters.add("claimed", len(jobs))
-                    return jobs
-            else:
-                due = None
-            check = True
+        interrupts = self._interrupts
+        jobs: list[Job]
+        jobs, _ = self._run(self._core.claim(n, lease))
+        while not jobs:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._interrupts != interrupts:
                 return []
             woken = threading.Event()
             self._waker.add(woken.set)
             try:
-                # A put may have landed between the claim and add(): look again.
-                if self._run(self._core.any_due()):
+                # Registered first, then looked: a put landing in between
+                # still wakes us. The look is a read, not a gate turn.
+                due = self._run(self._core.next_due())
+                if due is None or due > time.time():
+                    pause = remaining if due is None else min(remaining, due - time.time())
+                    woken.wait(pause)
                     continue
-                pause = remaining if due is None else min(remaining, max(0.0, due - time.time()))
-                woken.wait(pause)
             finally:
                 self._waker.discard(woken.set)
+            jobs, _ = self._run(self._core.claim(n, lease))
+        self.stats_counters.add("claimed", len(jobs))
+        return jobs
+
+    def wake(self) -> None:
+        """Make every ``claim(wait=...)`` now waiting on this object return at
+        once (with ``[]`` if there is no work): to stop a worker promptly."""
+        self._interrupts += 1
+        self._waker.notify()
 
     # -- finishing ----------------------------------------------------------------
     def ack(self, job: Job) -> None:
@@ -205,8 +210,13 @@ class Queue:
     def extend(self, job: Job, lease: float = 30.0) -> float:
         """Heartbeat: the lease now ends ``lease`` seconds from now (returned,
         also in ``job.lease_until``). :class:`LeaseLost` if no longer ours."""
+        return self.extend_many([job], lease)
+
+    def extend_many(self, jobs: Iterable[Job], lease: float = 30.0) -> float:
+        """``extend`` for several jobs in one transaction. Jobs no longer held
+        are reported in one :class:`LeaseLost` after the others are extended."""
         try:
-            until: float = self._run(self._core.extend(job, lease))
+            until: float = self._run(self._core.extend(jobs, lease))
         except Exception as exc:
             self._count_lost(exc)
             raise

@@ -153,7 +153,7 @@ UPDATE {TABLE}
 RETURNING id, payload, attempts, priority, run_at, max_attempts
 """
 
-_NEXT_DUE = f"""
+NEXT_DUE = f"""
 SELECT min(t) FROM (
     SELECT min(run_at) AS t FROM {TABLE} WHERE queue = ?1 AND state = 0
     UNION ALL
@@ -177,7 +177,7 @@ def claim(
         # RETURNING does not follow the subquery's order.
         rows.sort(key=lambda r: (-r[3], r[4], r[0]))
         return rows, None
-    due = conn.execute(_NEXT_DUE, (queue,)).fetchone()[0]
+    due = conn.execute(NEXT_DUE, (queue,)).fetchone()[0]
     return rows, due
 
 
@@ -218,10 +218,11 @@ _EXTEND = (
 )
 
 
-def extend(conn: sqlite3.Connection, jid: int, token: int, until: float) -> bool:
-    """Move the lease on; also takes back a job whose lease ran out and that
-    nobody has claimed since (the token is still ours)."""
-    return conn.execute(_EXTEND, (until, jid, token)).rowcount == 1
+def extend(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], until: float) -> list[int]:
+    """Move the leases on; also takes back a job whose lease ran out and that
+    nobody has claimed since (the token is still ours). Returns the ids that
+    were no longer ours."""
+    return [jid for jid, token in owned if conn.execute(_EXTEND, (until, jid, token)).rowcount != 1]
 
 
 _FAIL = f"""
@@ -309,9 +310,4 @@ SELECT (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at <
        (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 1),
        (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 2),
        (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 3)
-"""
-# Is there anything to claim? (waiting claimers ask this before taking the gate)
-ANY_DUE = f"""
-SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at <= ?2)
-    OR EXISTS (SELECT 1 FROM {TABLE} WHERE queue = ?1 AND state = 1 AND lease_until <= ?2)
 """

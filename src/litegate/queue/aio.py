@@ -69,6 +69,7 @@ class Queue:
         self._owns_db = False
         self._schema_ready = False
         self._closed = False
+        self._interrupts = 0
 
     @classmethod
     async def open(
@@ -153,17 +154,12 @@ class Queue:
         wait = _seconds("wait", wait, zero_ok=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        check = False
-        while True:
-            due: float | None = None
-            if not check or await self._run(self._core.any_due()):
-                jobs, due = await self._run(self._core.claim(n, lease))
-                if jobs:
-                    self.stats_counters.add("claimed", len(jobs))
-                    return list(jobs)
-            check = True
+        interrupts = self._interrupts
+        jobs: list[Job]
+        jobs, _ = await self._run(self._core.claim(n, lease))
+        while not jobs:
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if remaining <= 0 or self._interrupts != interrupts:
                 return []
             woken: asyncio.Future[None] = loop.create_future()
 
@@ -173,12 +169,22 @@ class Queue:
 
             self._waker.add(wake)
             try:
-                if await self._run(self._core.any_due()):
+                due = await self._run(self._core.next_due())
+                if due is None or due > time.time():
+                    pause = remaining if due is None else min(remaining, due - time.time())
+                    await asyncio.wait([woken], timeout=pause)
                     continue
-                pause = remaining if due is None else min(remaining, max(0.0, due - time.time()))
-                await asyncio.wait([woken], timeout=pause)
             finally:
                 self._waker.discard(wake)
+            jobs, _ = await self._run(self._core.claim(n, lease))
+        self.stats_counters.add("claimed", len(jobs))
+        return jobs
+
+    def wake(self) -> None:
+        """Make every ``claim(wait=...)`` now waiting on this object return at
+        once (with ``[]`` if there is no work)."""
+        self._interrupts += 1
+        self._waker.notify()
 
     # -- finishing ----------------------------------------------------------------
     async def ack(self, job: Job) -> None:
@@ -206,8 +212,11 @@ class Queue:
         return state
 
     async def extend(self, job: Job, lease: float = 30.0) -> float:
+        return await self.extend_many([job], lease)
+
+    async def extend_many(self, jobs: Iterable[Job], lease: float = 30.0) -> float:
         try:
-            until: float = await self._run(self._core.extend(job, lease))
+            until: float = await self._run(self._core.extend(jobs, lease))
         except LeaseLost as exc:
             self.stats_counters.add("lease_lost", len(exc.job_ids))
             raise

@@ -36,7 +36,8 @@ class SyncOverAsync:
         method = getattr(self.q, attr)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._call(method(*args, **kwargs))
+            result = method(*args, **kwargs)
+            return self._call(result) if asyncio.iscoroutine(result) else result
 
         return call
 

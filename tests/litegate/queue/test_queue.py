@@ -477,3 +477,40 @@ def test_threads_each_job_once(db_path: str) -> None:
     assert f"acked={per * threads}" in repr(q)
     assert q.stats()["counters"]["acked"] == per * threads
     q.close()
+
+
+def test_claim_wait_keeps_the_due_time_across_unrelated_commits(make_queue: MakeQueue) -> None:
+    """A commit that brings no work wakes the waiting claimer; it must still
+    claim the scheduled job when it falls due, not sleep out its wait."""
+    q, other = make_queue(), make_queue("other")
+    jid = q.put("soon", delay=0.3)
+    timer = threading.Timer(0.1, lambda: other.put("unrelated"))
+    timer.start()
+    jobs = q.claim(wait=1.0)
+    timer.join()
+    assert [j.id for j in jobs] == [jid]
+
+
+def test_wake_ends_a_waiting_claim(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    timer = threading.Timer(0.2, q.wake)
+    timer.start()
+    t0 = time.monotonic()
+    assert q.claim(wait=30) == []  # without wake() this would take 30 s
+    timer.join()
+    assert time.monotonic() - t0 < 29
+
+
+def test_extend_many(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    ids = q.put_many(range(3))
+    jobs = q.claim(n=3, lease=0.1)
+    until = q.extend_many(jobs[1:], lease=60)
+    assert [j.lease_until == until for j in jobs] == [False, True, True]
+    time.sleep(0.15)
+    (again,) = q.claim(n=3, lease=60)  # only the one not extended came back
+    assert again.id == ids[0]
+    with pytest.raises(LeaseLost) as info:
+        q.extend_many(jobs, lease=60)
+    assert info.value.job_ids == [ids[0]]
+    assert "the other 2 were" in str(info.value)
