@@ -4,20 +4,21 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-core clean
+.PHONY: demo test lint typecheck unit bench-core bench-queue clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,lab]'
+	$(PY) -m pip install --quiet -e '.[dev,lab,queue]'
 	touch $(STAMP)
 
-# The showcase, then the quick version of each lab experiment (~2 minutes).
+# The showcase, then the quick version of each lab experiment (~3 minutes).
 demo: $(STAMP)
 	$(PY) demo/showcase.py --seconds 3
 	$(VENV)/bin/litegate bench contention --quick --out results/demo-contention
 	$(VENV)/bin/litegate bench fairness --quick --out results/demo-fairness
 	$(VENV)/bin/litegate bench micro --quick --out results/demo-micro
+	$(VENV)/bin/litegate bench queue --quick --out results/demo-queue
 
 test: lint typecheck unit
 
@@ -39,6 +40,12 @@ bench-core: $(STAMP)
 		--requests 3000 --runs 3 --out results/core-fairness
 	$(VENV)/bin/litegate bench contention --modes sqlite-default,litegate --cells 8/4/1 \
 		--parent same --runs 3 --out results/core-contention
+
+# Seed 004 in full: the five scenarios under the three profiles, the long run
+# and the end-to-end rows, litegate.queue against sqlite3, huey and litequeue
+# (~15 minutes).
+bench-queue: $(STAMP)
+	$(VENV)/bin/litegate bench queue --out results/queue-full
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -148,6 +148,8 @@ class ProcessLock:
             if tk == p and st == DONE:
                 break
             if tk == p and st != ABANDONED:  # WAITING or HOLDING: wait for it to let go
+                if st == HOLDING and self._spin_until_done(p, ps):
+                    break
                 if not self._wait_free(ps, deadline):
                     self._finish(t, ABANDONED)
                     return False
@@ -158,6 +160,27 @@ class ProcessLock:
         state.pack_into(table, _HEADER + (t % SLOTS) * 16, t, HOLDING)
         self._held = True
         return True
+
+    # How long a waiter whose predecessor holds the gate watches for its
+    # release before it sleeps in the kernel. A transaction often ends within
+    # this; waking through the kernel costs two thread wake-ups (the helper
+    # thread, then the caller), each of which may wait for a CPU and the GIL.
+    SPIN_SECONDS = 0.0002
+
+    def _spin_until_done(self, p: int, slot: int) -> bool:
+        """Watch ticket ``p``'s state word for DONE for up to SPIN_SECONDS,
+        yielding the CPU between looks (the holder may need it). False: still
+        held (or its holder died): wait in the kernel, which also sees deaths."""
+        table, state, off = self._map, _STATE, _HEADER + slot * 16
+        end = time.monotonic() + self.SPIN_SECONDS
+        yield_ = os.sched_yield
+        while True:
+            tk, st = state.unpack_from(table, off)
+            if tk != p or st == DONE:
+                return bool(tk == p)
+            if time.monotonic() > end:
+                return False
+            yield_()
 
     def _take_ticket(self) -> int:
         fd, table = self._fd, self._map

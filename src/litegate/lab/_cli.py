@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import contention, fairness, micro
+from . import contention, fairness, micro, queue
 from ._progress import Progress
 from ._report import environment, out_dir, timestamp, to_json, write_json
 
@@ -29,6 +29,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     contention.NAME: contention,
     fairness.NAME: fairness,
     micro.NAME: micro,
+    queue.NAME: queue,
 }
 
 _EPILOG = """\

@@ -13,6 +13,7 @@ for its ``run_at`` is state 0 whether it is due ("ready") or not
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -187,14 +188,27 @@ _ACK = (
 )
 
 
+_ACK_BATCH = (
+    f"UPDATE {TABLE} SET state = 2, done_at = ?, lease_until = NULL "
+    "WHERE id IN (SELECT value FROM json_each(?)) AND token = ? AND state <> 2"
+)
+
+
 def ack(conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
     """Mark done the jobs still held under these (id, token) pairs; return
     the ids that were not (the lost ones)."""
     if len(owned) == 1:
         jid, token = owned[0]
         return [] if conn.execute(_ACK, (now, jid, token)).rowcount == 1 else [jid]
-    cur = conn.executemany(_ACK, [(now, jid, token) for jid, token in owned])
-    if cur.rowcount == len(owned):
+    # Jobs claimed together share a token: one statement per token, the ids
+    # as a JSON array, instead of one bound statement per job.
+    by_token: dict[int, list[int]] = {}
+    for jid, token in owned:
+        by_token.setdefault(token, []).append(jid)
+    n = 0
+    for token, ids in by_token.items():
+        n += conn.execute(_ACK_BATCH, (now, json.dumps(ids), token)).rowcount
+    if n == len(owned):
         return []
     return _not_done_by(conn, now, owned)
 

@@ -1,0 +1,68 @@
+"""``litegate bench queue``: seed 004, the SQLite task-queue benchmark.
+
+The seed's five scenarios under its three PRAGMA profiles (conservative,
+balanced, aggressive), plus end-to-end rows, for five queues on the same
+machine in the same run:
+
+- ``bare``: a bare batched ``sqlite3`` queue (no leases, attempts or
+  priorities): ``executemany`` inserts in one transaction, claim by
+  ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING``, ack by DELETE;
+- ``seed``: the seed's own approach: plain ``sqlite3`` with the profile's
+  PRAGMAs, every statement through its ``execute_with_retry`` (3 tries,
+  0.1 s exponential back-off), one connection per worker, autocommit insert,
+  one job claimed per ``BEGIN IMMEDIATE … UPDATE … RETURNING``, ack by UPDATE;
+- ``litegate``: ``litegate.queue.Queue`` (leases, attempts, priorities);
+- ``huey``: huey's ``SqliteHuey`` storage, enqueue / dequeue (huey has no
+  lease and no ack: dequeue deletes the task);
+- ``litequeue``: ``LiteQueue`` put / pop / done.
+
+Scenarios:
+
+1. ``single``: one process, 1,000 puts: throughput, median, P95, P99 latency;
+2. ``concurrent``: 2, 4 and 8 worker processes sharing the puts: throughput,
+   median latency, error rate, SQLITE_BUSY errors;
+3. ``mixed``: 2 writer + 2 claimer processes for 10 s: write and claim
+   throughput, claim p50/p95/p99, total errors;
+4. ``stress``: 1, 2, 4, 8, 16 worker processes, each put -> claim -> ack,
+   to the breaking point: throughput, p99, errors;
+5. ``long``: the mixed workload for 60 s with the WAL size sampled: its peak
+   and its course (PNG);
+6. ``e2e``: 4 producer + 4 worker processes; ``batched`` (put_many of 100,
+   claim 100, ack_many) against the bare batched queue, and ``one-job``
+   (put, claim(1), ack; 8 threads per process) against the seed's approach,
+   with each worker's share of the jobs.
+
+Every cell runs on a fresh database in a temporary directory, its worker
+processes (``spawn``) start together on a barrier, and every run is bounded
+in time. Each side applies the profile's PRAGMAs itself. Every job put is
+accounted for: processed exactly once, or still in the queue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ._config import Config, add_arguments, config_from_args
+from ._render import render
+from ._run import NAME, plan, run
+
+HELP = "seed 004: task queue (put/claim/ack) under three profiles vs sqlite3, huey, litequeue"
+
+__all__ = [
+    "HELP",
+    "NAME",
+    "Config",
+    "add_arguments",
+    "charts",
+    "config_from_args",
+    "plan",
+    "render",
+    "run",
+]
+
+
+def charts(result: dict[str, Any], out: Path) -> list[Path]:
+    from ._plots import charts as draw
+
+    return draw(result, out)

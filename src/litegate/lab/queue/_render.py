@@ -1,0 +1,483 @@
+"""The report of ``bench queue``: seed 004's markdown tables, one per
+scenario, with the sides as extra rows under each configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._report import fmt_pct
+from ._config import Config
+from ._run import find, median_of
+from ._sides import SIDE_TITLES
+
+PROFILE_TITLES = {
+    "conservative": "Conservative",
+    "balanced": "Balanced",
+    "aggressive": "Aggressive",
+}
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table like the seed's, columns padded to line up."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"row has {len(row)} cells for {len(headers)} columns: {row!r}")
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out.extend(line(r) for r in rows)
+    return "\n".join(out)
+
+
+def _num(v: float | None, decimals: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{decimals}f}"
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def fmt_bytes(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v < 1024 * 1024:
+        return f"{v / 1024:,.0f} KiB"
+    return f"{v / (1024 * 1024):,.1f} MiB"
+
+
+def _cv(e: dict[str, Any], figure: str) -> str:
+    s = e["figures"].get(figure)
+    return "-" if s is None else fmt_pct(s["cv"])
+
+
+def _entries(
+    summary: Sequence[dict[str, Any]],
+    scenario: str,
+    profile: str,
+    variant: str,
+    sides: Sequence[str],
+) -> list[dict[str, Any]]:
+    return [e for s in sides if (e := find(summary, scenario, profile, variant, s)) is not None]
+
+
+def _na_row(e: dict[str, Any], width: int) -> list[str]:
+    return [str(e["na"])] + ["n/a"] * (width - 1)
+
+
+def _flags(e: dict[str, Any]) -> str:
+    notes = []
+    if e["setup_errors"]:
+        notes.append("SETUP ERROR")
+    if e["timed_out"]:
+        notes.append("TIMED OUT")
+    if e["lost"]:
+        notes.append(f"LOST {e['lost']}")
+    if e["duplicates"]:
+        notes.append(f"RUN TWICE {e['duplicates']}")
+    if e["unknown"] or e["extra"]:
+        notes.append(f"UNACCOUNTED {e['unknown'] + e['extra']}")
+    return " ".join(notes)
+
+
+def _errors(e: dict[str, Any]) -> str:
+    return _num(median_of(e, "errors"))
+
+
+def _busy(e: dict[str, Any]) -> str:
+    return _num(median_of(e, "busy"))
+
+
+def _first_col(cfg: Config, profile: str, side: str, first: bool) -> list[str]:
+    title = PROFILE_TITLES.get(profile, profile) if first else ""
+    return [f"**{title}**" if title and profile == "balanced" else title, side]
+
+
+def single_table(result: dict[str, Any], cfg: Config) -> str:
+    summary = result["summary"]
+    runs = cfg.runs
+    headers = [
+        "Configuration",
+        "Side",
+        "Throughput (tasks/sec)",
+        "Median Latency (ms)",
+        "P95 Latency (ms)",
+        "P99 Latency (ms)",
+        "Errors",
+        "BUSY",
+        "Peak WAL",
+    ]
+    if runs > 1:
+        headers += ["CV tput", "CV p99"]
+    rows = []
+    for prof in cfg.profiles:
+        for i, e in enumerate(_entries(summary, "single", prof, "1 writer", cfg.sides)):
+            row = _first_col(cfg, prof, e["side"], i == 0)
+            if e["na"]:
+                rows.append(row + _na_row(e, len(headers) - 2))
+                continue
+            row += [
+                _num(median_of(e, "throughput")),
+                _ms(median_of(e, "p50")),
+                _ms(median_of(e, "p95")),
+                _ms(median_of(e, "p99")),
+                _errors(e) + (f" {_flags(e)}" if _flags(e) else ""),
+                _busy(e),
+                fmt_bytes(median_of(e, "wal_peak_bytes")),
+            ]
+            if runs > 1:
+                row += [_cv(e, "throughput"), _cv(e, "p99")]
+            rows.append(row)
+    return md_table(headers, rows)
+
+
+def concurrent_table(result: dict[str, Any], cfg: Config, n: int) -> str:
+    summary = result["summary"]
+    headers = [
+        "Configuration",
+        "Side",
+        "Throughput (tasks/sec)",
+        "Median Latency (ms)",
+        "Error Rate (%)",
+        "SQLITE_BUSY Errors",
+        "P95 (ms)",
+        "P99 (ms)",
+        "Peak WAL",
+    ]
+    if cfg.runs > 1:
+        headers += ["CV tput", "CV p99"]
+    total = cfg.concurrent_total
+    rows = []
+    for prof in cfg.profiles:
+        for i, e in enumerate(_entries(summary, "concurrent", prof, f"{n} workers", cfg.sides)):
+            row = _first_col(cfg, prof, e["side"], i == 0)
+            if e["na"]:
+                rows.append(row + _na_row(e, len(headers) - 2))
+                continue
+            busy = median_of(e, "busy") or 0.0
+            rate = median_of(e, "error_rate_pct")
+            flags = _flags(e)
+            row += [
+                _num(median_of(e, "throughput")),
+                _ms(median_of(e, "p50")),
+                ("-" if rate is None else f"{rate:.1f}") + (f" {flags}" if flags else ""),
+                f"{busy:,.0f}/{total:,}",
+                _ms(median_of(e, "p95")),
+                _ms(median_of(e, "p99")),
+                fmt_bytes(median_of(e, "wal_peak_bytes")),
+            ]
+            if cfg.runs > 1:
+                row += [_cv(e, "throughput"), _cv(e, "p99")]
+            rows.append(row)
+    return md_table(headers, rows)
+
+
+NOTES = {
+    "huey": "no lease/ack: dequeue deletes",
+    "bare": "no lease: a dead worker loses its jobs",
+    "seed": "retries BUSY 3x",
+    "litequeue": "lock, no lease expiry",
+    "litegate": "lease + ack",
+}
+
+
+def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
+    summary = result["summary"]
+    variant = f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C"
+    headers = [
+        "Configuration",
+        "Side",
+        "Write Throughput",
+        "Claim Throughput",
+        "Claim P50 (ms)",
+        "Claim P95 (ms)",
+        "Claim P99 (ms)",
+        "Total Errors",
+        "BUSY",
+        "Peak WAL",
+        "Final WAL",
+        "Notes",
+    ]
+    if cfg.runs > 1:
+        headers += ["CV claim/s", "CV p95"]
+    profiles = cfg.profiles if scenario == "mixed" else cfg.long_profiles
+    rows = []
+    for prof in profiles:
+        for i, e in enumerate(_entries(summary, scenario, prof, variant, cfg.sides)):
+            row = _first_col(cfg, prof, e["side"], i == 0)
+            if e["na"]:
+                rows.append(row + _na_row(e, len(headers) - 2))
+                continue
+            flags = _flags(e)
+            row += [
+                f"{_num(median_of(e, 'write_throughput'))}/sec",
+                f"{_num(median_of(e, 'claim_throughput'))}/sec",
+                _ms(median_of(e, "p50")),
+                _ms(median_of(e, "p95")),
+                _ms(median_of(e, "p99")),
+                _errors(e),
+                _busy(e),
+                fmt_bytes(median_of(e, "wal_peak_bytes")),
+                fmt_bytes(median_of(e, "wal_final_bytes")),
+                NOTES.get(e["side"], "") + (f"; {flags}" if flags else ""),
+            ]
+            if cfg.runs > 1:
+                row += [_cv(e, "claim_throughput"), _cv(e, "p95")]
+            rows.append(row)
+    return md_table(headers, rows)
+
+
+def stress_table(result: dict[str, Any], cfg: Config) -> str:
+    summary = result["summary"]
+    headers = [
+        "Configuration",
+        "Side",
+        "Workers",
+        "Throughput (cycles/sec)",
+        "P50 (ms)",
+        "P99 (ms)",
+        "Errors",
+        "BUSY",
+        "Peak WAL",
+    ]
+    if cfg.runs > 1:
+        headers += ["CV tput", "CV p99"]
+    rows = []
+    for prof in cfg.profiles:
+        first = True
+        for side in cfg.sides:
+            for j, n in enumerate(cfg.stress_workers):
+                e = find(summary, "stress", prof, f"{n} workers", side)
+                if e is None:
+                    continue
+                row = _first_col(cfg, prof, side if j == 0 else "", first)
+                first = False
+                row.append(str(n))
+                if e["na"]:
+                    rows.append(row + _na_row(e, len(headers) - 3))
+                    continue
+                flags = _flags(e)
+                row += [
+                    _num(median_of(e, "throughput")),
+                    _ms(median_of(e, "p50")),
+                    _ms(median_of(e, "p99")),
+                    _errors(e) + (f" {flags}" if flags else ""),
+                    _busy(e),
+                    fmt_bytes(median_of(e, "wal_peak_bytes")),
+                ]
+                if cfg.runs > 1:
+                    row += [_cv(e, "throughput"), _cv(e, "p99")]
+                rows.append(row)
+    return md_table(headers, rows)
+
+
+def breaking_points(result: dict[str, Any], cfg: Config) -> list[str]:
+    """Per side and profile: where throughput peaked and where errors began."""
+    lines = []
+    for prof in cfg.profiles:
+        for side in cfg.sides:
+            points = []
+            for n in cfg.stress_workers:
+                e = find(result["summary"], "stress", prof, f"{n} workers", side)
+                if e is None or e["na"]:
+                    continue
+                points.append(
+                    (n, median_of(e, "throughput") or 0.0, (median_of(e, "errors") or 0.0))
+                )
+            if not points:
+                continue
+            best = max(points, key=lambda p: p[1])
+            errs = [n for n, _, err in points if err > 0]
+            title = PROFILE_TITLES.get(prof, prof)
+            text = f"  {title} / {side}: peak {best[1]:,.0f}/s at {best[0]} workers"
+            if errs:
+                text += f"; first errors at {errs[0]} workers"
+            else:
+                text += f"; no errors up to {points[-1][0]} workers"
+            lines.append(text)
+    return lines
+
+
+def e2e_table(result: dict[str, Any], cfg: Config) -> str:
+    summary = result["summary"]
+    headers = [
+        "Row",
+        "Configuration",
+        "Side",
+        "Jobs",
+        "Jobs/sec",
+        "vs baseline",
+        "Claim P50 (ms)",
+        "Claim P95 (ms)",
+        "Claim P99 (ms)",
+        "Worker share min/max",
+        "Errors",
+        "BUSY",
+        "Peak WAL",
+    ]
+    if cfg.runs > 1:
+        headers += ["CV jobs/s"]
+    rows = []
+    for prof in cfg.e2e_profiles:
+        for variant, base_side in (("batched", "bare"), ("one-job", "seed")):
+            base = median_of(find(summary, "e2e", prof, variant, base_side), "throughput")
+            first = True
+            for side in cfg.sides:
+                e = find(summary, "e2e", prof, variant, side)
+                if e is None:
+                    continue
+                row = [variant if first else "", PROFILE_TITLES.get(prof, prof) if first else ""]
+                first = False
+                row.append(side + _threads_note(cfg, variant, side))
+                if e["na"]:
+                    rows.append(row + _na_row(e, len(headers) - 3))
+                    continue
+                tput = median_of(e, "throughput")
+                lo, hi = median_of(e, "share_min"), median_of(e, "share_max")
+                ratio = f"{tput / base:.2f}x" if tput is not None and base else "-"
+                if side == base_side:
+                    ratio = "baseline"
+                flags = _flags(e)
+                row += [
+                    _num(median_of(e, "jobs")),
+                    _num(tput),
+                    ratio,
+                    _ms(median_of(e, "p50")),
+                    _ms(median_of(e, "p95")),
+                    _ms(median_of(e, "p99")),
+                    f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
+                    _errors(e) + (f" {flags}" if flags else ""),
+                    _busy(e),
+                    fmt_bytes(median_of(e, "wal_peak_bytes")),
+                ]
+                if cfg.runs > 1:
+                    row.append(_cv(e, "throughput"))
+                rows.append(row)
+    return md_table(headers, rows)
+
+
+def _threads_note(cfg: Config, variant: str, side: str) -> str:
+    if variant == "batched":
+        return f" (batches of {cfg.batch})"
+    t = cfg.seed_threads if side == "seed" else cfg.e2e_threads
+    return f" ({t} thread{'s' if t > 1 else ''}/process)"
+
+
+def target_lines(result: dict[str, Any]) -> list[str]:
+    lines = ["Targets (litegate; medians; reported, never asserted):"]
+    for t in result["targets"]:
+        status = "met " if t["met"] else "MISS"
+        lines.append(f"  [{status}] {t['target']}: {t['detail']}")
+    if len(lines) == 1:
+        lines.append("  (none: litegate or the scenarios they need were not run)")
+    return lines
+
+
+def _problems(result: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for e in result["summary"]:
+        label = f"{e['scenario']} {e['profile']} {e['variant']} {e['side']}"
+        for s in e["setup_errors"]:
+            last = s.strip().splitlines()[-1] if s.strip() else s
+            lines.append(f"  {label}: {last}")
+    msgs: dict[str, int] = {}
+    for e in result["summary"]:
+        for m, n in e["errors_seen"].items():
+            key = f"{e['side']}: {m}"
+            msgs[key] = msgs.get(key, 0) + n
+    out = []
+    if lines:
+        out += ["", "Setup problems:", *sorted(set(lines))[:12]]
+    if msgs:
+        out += ["", "Errors seen (side: message x count):"]
+        out += [f"  {m} x {n}" for m, n in sorted(msgs.items(), key=lambda kv: -kv[1])[:12]]
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    cfg = Config.from_json(result["config"])
+    runs = cfg.runs
+    what = f"median of {runs} runs" if runs > 1 else "one run"
+    parts = [
+        f"# queue (seed 004): {what}; worker processes started with {cfg.start_method}, "
+        "together (barrier); a fresh database per cell",
+        "",
+        "Sides: " + "; ".join(f"{s} = {SIDE_TITLES[s]}" for s in cfg.sides),
+    ]
+    sc = cfg.scenarios
+    if "single" in sc:
+        parts += [
+            "",
+            f"### Scenario 1: Single Writer Baseline ({cfg.single_puts:,} task insertions, "
+            "one process)",
+            "",
+            single_table(result, cfg),
+        ]
+    if "concurrent" in sc:
+        for n in cfg.concurrent_workers:
+            each = cfg.concurrent_total // n
+            parts += [
+                "",
+                f"### Scenario 2: Concurrent Writers ({n} Workers)",
+                "",
+                f"**Test**: {n} worker processes each inserting ~{each:,} tasks "
+                f"({cfg.concurrent_total:,} total); BUSY counts every SQLITE_BUSY seen, "
+                "retried or not; Error Rate = inserts that failed",
+                "",
+                concurrent_table(result, cfg, n),
+            ]
+    if "mixed" in sc:
+        parts += [
+            "",
+            f"### Scenario 3: Mixed Workload ({cfg.mixed_writers} writers + "
+            f"{cfg.mixed_claimers} claimers, {cfg.mixed_seconds:g} s)",
+            "",
+            "Writers put as fast as they can; claimers claim one job and ack it, polling "
+            "every 1 ms when the queue is empty. Claim latency: one claim call that "
+            "returned a job.",
+            "",
+            mixed_table(result, cfg, "mixed"),
+        ]
+    if "stress" in sc:
+        parts += [
+            "",
+            f"### Scenario 4: Stress Test (each worker process: put -> claim -> ack, "
+            f"{cfg.stress_seconds:g} s per step)",
+            "",
+            stress_table(result, cfg),
+            "",
+            "Breaking points:",
+            *breaking_points(result, cfg),
+        ]
+    if "long" in sc:
+        parts += [
+            "",
+            f"### Scenario 5: Long-Running ({cfg.long_seconds:g} s of the mixed workload; "
+            f"WAL size sampled every {cfg.long_sample_s:g} s)",
+            "",
+            mixed_table(result, cfg, "long"),
+        ]
+    if "e2e" in sc:
+        parts += [
+            "",
+            f"### End to end: {cfg.e2e_producers} producer + {cfg.e2e_workers} worker "
+            f"processes, {cfg.e2e_jobs:,} jobs",
+            "",
+            "batched: put_many of 100, claim(n=100), ack_many; one-job: put, claim(1), ack. "
+            "Jobs/sec: jobs acknowledged over the time from the first producer's start to "
+            "the last worker's end. Worker share: jobs per worker process.",
+            "",
+            e2e_table(result, cfg),
+        ]
+    parts += _problems(result)
+    parts += ["", *target_lines(result)]
+    return "\n".join(parts)

@@ -1,0 +1,603 @@
+"""The parent side of ``bench queue``: which cells to run, how one cell runs
+(fresh database, processes started together, WAL sampled), and what its
+figures are; then the medians across runs and the target checks."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from .. import _stats
+from .._progress import Progress
+from ._child import Role, Spec, child_main
+from ._config import Config
+from ._sides import BATCH_SIDES, NO_BATCH, create, remaining
+
+NAME = "queue"
+QS = (50.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str
+    profile: str
+    side: str
+    variant: str  # "1 writer", "4 workers", "2W+2C", "batched", "one-job"
+    roles: tuple[Role, ...] = ()
+    seconds: float = 0.0  # time-bounded roles: how long they run
+    limit_s: float = 60.0  # the bound for every role
+    na: str | None = None  # why this side cannot run this cell
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.scenario, self.profile, self.variant, self.side)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def plan(cfg: Config) -> list[Cell]:
+    """Every cell of one run, scenario by scenario; the sides interleaved
+    within each (profile, variant) so that drift hits them all alike."""
+    cells: list[Cell] = []
+    slack = 30.0
+
+    def add(
+        scenario: str,
+        profile: str,
+        variant: str,
+        roles: Sequence[Role],
+        seconds: float = 0.0,
+        sides: Sequence[str] | None = None,
+        na: dict[str, str] | None = None,
+    ) -> None:
+        limit = seconds + slack if seconds else cfg.cell_timeout
+        for side in sides if sides is not None else cfg.sides:
+            reason = (na or {}).get(side)
+            cells.append(
+                Cell(scenario, profile, side, variant, tuple(roles), seconds, limit, reason)
+            )
+
+    for scenario in cfg.scenarios:
+        if scenario == "single":
+            for prof in cfg.profiles:
+                add(scenario, prof, "1 writer", [Role("put", 0, count=cfg.single_puts)])
+        elif scenario == "concurrent":
+            for prof in cfg.profiles:
+                for n in cfg.concurrent_workers:
+                    roles = [
+                        Role("put", i, count=c)
+                        for i, c in enumerate(_split(cfg.concurrent_total, n))
+                    ]
+                    add(scenario, prof, f"{n} workers", roles)
+        elif scenario in ("mixed", "long"):
+            secs = cfg.mixed_seconds if scenario == "mixed" else cfg.long_seconds
+            w, c = cfg.mixed_writers, cfg.mixed_claimers
+            roles = [Role("put", i, seconds=secs) for i in range(w)]
+            roles += [Role("claim", w + i, seconds=secs) for i in range(c)]
+            for prof in cfg.profiles if scenario == "mixed" else cfg.long_profiles:
+                add(scenario, prof, f"{w}W+{c}C", roles, secs)
+        elif scenario == "stress":
+            for prof in cfg.profiles:
+                for n in cfg.stress_workers:
+                    roles = [Role("cycle", i, seconds=cfg.stress_seconds) for i in range(n)]
+                    add(scenario, prof, f"{n} workers", roles, cfg.stress_seconds)
+        elif scenario == "e2e":
+            p, w = cfg.e2e_producers, cfg.e2e_workers
+            jobs = _split(cfg.e2e_jobs, p)
+            for prof in cfg.e2e_profiles:
+                batched = [Role("produce", i, count=jobs[i], batch=cfg.batch) for i in range(p)]
+                batched += [Role("consume", p + i, batch=cfg.batch) for i in range(w)]
+                add(
+                    scenario,
+                    prof,
+                    "batched",
+                    batched,
+                    na={s: r for s, r in NO_BATCH.items() if s not in BATCH_SIDES},
+                )
+                for side in cfg.sides:
+                    if side == "bare":
+                        continue  # the bare queue is the batched baseline only
+                    t = cfg.seed_threads if side == "seed" else cfg.e2e_threads
+                    one = [Role("produce", i, count=jobs[i], threads=t) for i in range(p)]
+                    one += [Role("consume", p + i, threads=t) for i in range(w)]
+                    add(scenario, prof, "one-job", one, sides=[side])
+        else:  # pragma: no cover - the parser only lets known names through
+            raise ValueError(f"unknown scenario {scenario!r}")
+    return cells
+
+
+class WalSampler:
+    """Samples the size of the ``-wal`` file on a thread of the parent."""
+
+    def __init__(self, path: str, interval: float) -> None:
+        self.path = path + "-wal"
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wal-sampler", daemon=True)
+
+    def size(self) -> int:
+        try:
+            return os.path.getsize(self.path)
+        except OSError:
+            return 0
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.samples.append((time.monotonic() - self.t0, self.size()))
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.monotonic() - self.t0, self.size()))
+
+    @property
+    def peak(self) -> int:
+        return max((b for _, b in self.samples), default=0)
+
+
+def _pcts(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    p = _stats.percentiles(values, QS)
+    return {"p50": p[50.0], "p95": p[95.0], "p99": p[99.0], "max": max(values)}
+
+
+def _window(outs: Sequence[dict[str, Any]]) -> float:
+    starts = [float(o["start"]) for o in outs if o.get("start")]
+    ends = [float(o["end"]) for o in outs if o.get("end")]
+    if not starts or not ends:
+        return 0.0
+    return max(ends) - min(starts)
+
+
+def _rate(n: float, seconds: float) -> float:
+    return n / seconds if seconds > 0 else 0.0
+
+
+def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, Any]:
+    """One cell on a fresh database in a temporary directory."""
+    rec: dict[str, Any] = {
+        "run": run,
+        "scenario": cell.scenario,
+        "profile": cell.profile,
+        "side": cell.side,
+        "variant": cell.variant,
+        "na": cell.na,
+        "figures": {},
+        "errors_seen": {},
+        "setup_errors": [],
+    }
+    if cell.na:
+        return rec
+    interval = cfg.long_sample_s if cell.scenario == "long" else 0.05
+    outs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="litegate-bench-queue-") as tmp:
+        path = os.path.join(tmp, "queue.db")
+        create(cell.side, path, cell.profile)
+        ready = ctx.Barrier(len(cell.roles) + 1)
+        results: Queue[Any] = ctx.Queue()
+        producers_done = ctx.Event()
+        all_done = ctx.Event()
+        n_producers = sum(1 for r in cell.roles if r.kind == "produce")
+        procs = [
+            ctx.Process(  # type: ignore[attr-defined]
+                target=child_main,
+                args=(
+                    Spec(cell.side, path, cell.profile, role, cell.limit_s),
+                    ready,
+                    results,
+                    producers_done,
+                    all_done,
+                ),
+                daemon=True,
+            )
+            for role in cell.roles
+        ]
+        for p in procs:
+            p.start()
+        sampler = WalSampler(path, interval)
+        if not _start_together(ready, procs):
+            rec["setup_errors"].append("a worker process failed to start")
+        sampler.start()
+        deadline = time.monotonic() + cell.limit_s + 30
+        producers_seen = 0
+        while len(outs) < len(procs):
+            try:
+                out = results.get(timeout=0.5)
+            except queue.Empty:
+                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
+                    rec["setup_errors"].append(
+                        f"{len(procs) - len(outs)} processes never reported (exit codes "
+                        f"{[p.exitcode for p in procs]})"
+                    )
+                    break
+                continue
+            outs.append(out)
+            if out["role"] == "produce":
+                producers_seen += 1
+                if producers_seen == n_producers:
+                    producers_done.set()
+            if out.get("error"):
+                producers_done.set()  # a failed producer never finishes: let the workers stop
+        sampler.stop()  # before the processes close their connections (which may
+        wal_final = sampler.size()  # checkpoint and remove the -wal file)
+        all_done.set()
+        for p in procs:
+            p.join(timeout=15)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+        results.join_thread()
+        try:
+            left = remaining(cell.side, path, cell.profile)
+        except Exception as exc:
+            left = -1
+            rec["setup_errors"].append(f"counting what is left: {type(exc).__name__}: {exc}")
+    for o in outs:
+        if o.get("error"):
+            rec["setup_errors"].append(str(o["error"]))
+        for m, n in o.get("messages", {}).items():
+            rec["errors_seen"][m] = rec["errors_seen"].get(m, 0) + n
+    good = [o for o in outs if not o.get("error")]
+    details = [o["details"] for o in good if o.get("details")]
+    if details:
+        rec["details"] = details
+    rec["figures"] = figures(cell, good)
+    rec["figures"]["wal_peak_bytes"] = float(sampler.peak)
+    rec["figures"]["wal_final_bytes"] = float(wal_final)
+    rec["accounting"] = accounting(good, left, expected_procs=len(procs))
+    if cell.scenario == "long":
+        rec["wal_series"] = [[round(t, 3), b] for t, b in sampler.samples]
+    return rec
+
+
+def _start_together(ready: Barrier, procs: Sequence[BaseProcess]) -> bool:
+    """Wait until every process is at the start barrier, then cross it with
+    them. False (and the barrier broken, so they report and stop) if one of
+    them died first or they were not all there within two minutes."""
+    give_up = time.monotonic() + 120
+    while ready.n_waiting < len(procs):
+        if time.monotonic() > give_up or any(p.exitcode is not None for p in procs):
+            ready.abort()
+            return False
+        time.sleep(0.01)
+    try:
+        ready.wait(timeout=30)
+    except threading.BrokenBarrierError:
+        return False
+    return True
+
+
+def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The cell's figures from its processes' reports."""
+    f: dict[str, Any] = {}
+    errors = sum(int(o["errors"]) for o in outs)
+    busy = sum(int(o["busy"]) + int(o.get("busy_handled", 0)) for o in outs)
+    f["errors"] = float(errors)
+    f["busy"] = float(busy)
+    if cell.scenario in ("single", "concurrent"):
+        lat = [x for o in outs for x in o["latencies_ms"]]
+        ops = sum(int(o["ops"]) for o in outs)
+        f["ops"] = float(ops)
+        f["throughput"] = _rate(ops, _window(outs))
+        f.update(_pcts(lat))
+        f["error_rate_pct"] = 100.0 * errors / (ops + errors) if ops + errors else 0.0
+    elif cell.scenario in ("mixed", "long"):
+        writers = [o for o in outs if o["role"] == "put"]
+        claimers = [o for o in outs if o["role"] == "claim"]
+        puts = sum(len(o["put"]) for o in writers)
+        claims = sum(len(o["done"]) for o in claimers)
+        f["puts"] = float(puts)
+        f["claims"] = float(claims)
+        f["write_throughput"] = _rate(puts, _window(writers))
+        f["claim_throughput"] = _rate(claims, _window(claimers))
+        f.update(_pcts([x for o in claimers for x in o["claim_ms"]]))
+        put_lat = _pcts([x for o in writers for x in o["latencies_ms"]])
+        f.update({f"put_{k}": v for k, v in put_lat.items()})
+        f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in claimers))
+    elif cell.scenario == "stress":
+        cycles = sum(int(o["ops"]) for o in outs)
+        f["ops"] = float(cycles)
+        f["throughput"] = _rate(cycles, _window(outs))
+        f.update(_pcts([x for o in outs for x in o["latencies_ms"]]))
+        f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in outs))
+    elif cell.scenario == "e2e":
+        producers = [o for o in outs if o["role"] == "produce"]
+        workers = [o for o in outs if o["role"] == "consume"]
+        done = sum(len(o["done"]) for o in workers)
+        f["jobs"] = float(done)
+        f["throughput"] = _rate(done, _window(outs))
+        f["produce_throughput"] = _rate(sum(len(o["put"]) for o in producers), _window(producers))
+        f.update(_pcts([x for o in workers for x in o["claim_ms"]]))
+        put_lat = _pcts([x for o in producers for x in o["latencies_ms"]])
+        f.update({f"put_{k}": v for k, v in put_lat.items()})
+        shares = [len(o["done"]) for o in workers]
+        threads = [n for o in workers for n in o["per_thread_done"]]
+        f["share_min"] = float(min(shares, default=0))
+        f["share_max"] = float(max(shares, default=0))
+        f["share_ratio"] = f["share_max"] / f["share_min"] if f["share_min"] else None
+        f["thread_share_min"] = float(min(threads, default=0))
+        f["thread_share_max"] = float(max(threads, default=0))
+        f["shares"] = shares
+        f["timed_out"] = any(o["timed_out"] for o in outs)
+    return f
+
+
+def accounting(outs: Sequence[dict[str, Any]], left: int, *, expected_procs: int) -> dict[str, Any]:
+    """Every job put is either processed exactly once or still in the queue."""
+    put = {k for o in outs for k in o["put"]}
+    done = [k for o in outs for k in o["done"]]
+    done_set = set(done)
+    processed = len(done_set & put)
+    balance = len(put) - processed - left if left >= 0 else None
+    return {
+        "put": len(put),
+        "processed": len(done),
+        "duplicates": len(done) - len(done_set),
+        "unknown": len(done_set - put),
+        "left_in_queue": left,
+        "lost": None if balance is None else max(0, balance),
+        "extra": None if balance is None else max(0, -balance),
+        "reports": len(outs),
+        "processes": expected_procs,
+    }
+
+
+# --------------------------------------------------------------------------
+# across runs
+
+
+NUMERIC_SKIP = frozenset({"shares", "timed_out"})
+
+
+def summarise(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median, CV, min and max of every figure across runs, per cell."""
+    keys = list(dict.fromkeys((r["scenario"], r["profile"], r["variant"], r["side"]) for r in raw))
+    out = []
+    for key in keys:
+        mine = [r for r in raw if (r["scenario"], r["profile"], r["variant"], r["side"]) == key]
+        first = mine[0]
+        figs: dict[str, Any] = {}
+        names = list(dict.fromkeys(n for r in mine for n in r["figures"]))
+        for name in names:
+            if name in NUMERIC_SKIP:
+                continue
+            vals = [v for r in mine if isinstance(v := r["figures"].get(name), (int, float))]
+            figs[name] = _stats.summarise(vals).to_json() if vals else None
+        acct = [r["accounting"] for r in mine if "accounting" in r]
+        errors_seen: dict[str, int] = {}
+        for r in mine:
+            for m, n in r["errors_seen"].items():
+                errors_seen[m] = errors_seen.get(m, 0) + n
+        out.append(
+            {
+                "scenario": key[0],
+                "profile": key[1],
+                "variant": key[2],
+                "side": key[3],
+                "na": first["na"],
+                "runs": len(mine),
+                "figures": figs,
+                "lost": sum(int(a["lost"] or 0) for a in acct),
+                "extra": sum(int(a["extra"] or 0) for a in acct),
+                "duplicates": sum(int(a["duplicates"]) for a in acct),
+                "unknown": sum(int(a["unknown"]) for a in acct),
+                "uncounted": sum(1 for a in acct if a["lost"] is None),
+                "timed_out": any(bool(r["figures"].get("timed_out")) for r in mine),
+                "shares": [r["figures"].get("shares") for r in mine],
+                "setup_errors": sorted({e for r in mine for e in r["setup_errors"]}),
+                "errors_seen": errors_seen,
+            }
+        )
+    return out
+
+
+def median_of(entry: dict[str, Any] | None, figure: str) -> float | None:
+    if entry is None:
+        return None
+    s = entry["figures"].get(figure)
+    return None if s is None else float(s["median"])
+
+
+def find(
+    summary: Sequence[dict[str, Any]], scenario: str, profile: str, variant: str, side: str
+) -> dict[str, Any] | None:
+    for e in summary:
+        if (e["scenario"], e["profile"], e["variant"], e["side"]) == (
+            scenario,
+            profile,
+            variant,
+            side,
+        ):
+            return e
+    return None
+
+
+# --------------------------------------------------------------------------
+# targets (reported, never asserted)
+
+BATCHED_RATIO = 0.9
+ONE_JOB_RATIO = 1.5
+SHARE_RATIO = 2.0
+CLAIM_P95_MS = 2.0
+MIB = 1024 * 1024
+
+
+def wal_bounded(series: Sequence[Sequence[float]]) -> tuple[bool, float, float]:
+    """Did the WAL stop growing? The peak of the second half of the run
+    against the peak of the first half (+1 MiB of slack): a WAL that keeps
+    growing fails, one that cycles through checkpoints passes."""
+    if not series:
+        return True, 0.0, 0.0
+    end = series[-1][0]
+    first = max((b for t, b in series if t <= end / 2), default=0.0)
+    second = max((b for t, b in series if t > end / 2), default=0.0)
+    return second <= 1.5 * first + MIB, float(first), float(second)
+
+
+def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
+    summary: list[dict[str, Any]] = result["summary"]
+    out: list[dict[str, Any]] = []
+    if "litegate" not in cfg.sides:
+        return out
+    for prof in cfg.e2e_profiles if "e2e" in cfg.scenarios else ():
+        lg = median_of(find(summary, "e2e", prof, "batched", "litegate"), "throughput")
+        bare = median_of(find(summary, "e2e", prof, "batched", "bare"), "throughput")
+        if lg is not None and bare:
+            out.append(
+                {
+                    "target": f"e2e batched ({prof}): litegate >= {BATCHED_RATIO} x bare batched",
+                    "value": lg / bare,
+                    "limit": BATCHED_RATIO,
+                    "met": lg / bare >= BATCHED_RATIO,
+                    "detail": f"{lg:,.0f} vs {bare:,.0f} jobs/s = {lg / bare:.2f}x",
+                }
+            )
+        one = find(summary, "e2e", prof, "one-job", "litegate")
+        lg1 = median_of(one, "throughput")
+        seed = median_of(find(summary, "e2e", prof, "one-job", "seed"), "throughput")
+        if lg1 is not None and seed:
+            out.append(
+                {
+                    "target": f"e2e one-job ({prof}): litegate >= {ONE_JOB_RATIO} x the seed's "
+                    "approach",
+                    "value": lg1 / seed,
+                    "limit": ONE_JOB_RATIO,
+                    "met": lg1 / seed >= ONE_JOB_RATIO,
+                    "detail": f"{lg1:,.0f} vs {seed:,.0f} jobs/s = {lg1 / seed:.2f}x",
+                }
+            )
+        ratio = median_of(one, "share_ratio")
+        if one is not None:
+            lo, hi = median_of(one, "share_min"), median_of(one, "share_max")
+            out.append(
+                {
+                    "target": f"e2e one-job ({prof}): litegate worker shares within "
+                    f"{SHARE_RATIO:g}x",
+                    "value": ratio,
+                    "limit": SHARE_RATIO,
+                    "met": ratio is not None and ratio <= SHARE_RATIO,
+                    "detail": f"min {lo or 0:,.0f}, max {hi or 0:,.0f} jobs per worker process",
+                }
+            )
+    bad = {}
+    for e in summary:
+        if e["side"] != "litegate" or e["na"]:
+            continue
+        label = f"{e['scenario']} {e['profile']} {e['variant']}"
+        errs, busy = median_of(e, "errors") or 0.0, median_of(e, "busy") or 0.0
+        worst_errs = e["figures"]["errors"]["max"] if e["figures"].get("errors") else 0
+        worst_busy = e["figures"]["busy"]["max"] if e["figures"].get("busy") else 0
+        problems = []
+        if worst_errs or worst_busy or errs or busy:
+            problems.append(f"{worst_errs:.0f} errors, {worst_busy:.0f} BUSY")
+        if e["lost"] or e["duplicates"] or e["unknown"] or e["extra"] or e["uncounted"]:
+            problems.append(
+                f"lost {e['lost']}, duplicates {e['duplicates']}, unknown {e['unknown']}, "
+                f"extra {e['extra']}"
+            )
+        if e["setup_errors"]:
+            problems.append("setup error")
+        if e["timed_out"]:
+            problems.append("timed out")
+        if problems:
+            bad[label] = "; ".join(problems)
+    out.append(
+        {
+            "target": "litegate: 0 errors and 0 BUSY in every scenario and profile, "
+            "no job lost or run twice",
+            "value": len(bad),
+            "limit": 0,
+            "met": not bad,
+            "detail": "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:6]) or "all clean",
+        }
+    )
+    for prof in cfg.profiles if "mixed" in cfg.scenarios else ():
+        m = find(summary, "mixed", prof, f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C", "litegate")
+        p95 = median_of(m, "p95")
+        if m is not None:
+            out.append(
+                {
+                    "target": f"mixed ({prof}): litegate claim p95 <= {CLAIM_P95_MS:g} ms",
+                    "value": p95,
+                    "limit": CLAIM_P95_MS,
+                    "met": p95 is not None and p95 <= CLAIM_P95_MS,
+                    "detail": "-" if p95 is None else f"p95 {p95:.2f} ms",
+                }
+            )
+    for prof in cfg.long_profiles if "long" in cfg.scenarios else ():
+        series = [
+            r.get("wal_series") or []
+            for r in result["raw"]
+            if (r["scenario"], r["profile"], r["side"]) == ("long", prof, "litegate")
+        ]
+        if not series:
+            continue
+        checks = [wal_bounded(s) for s in series]
+        lr = find(summary, "long", prof, f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C", "litegate")
+        peak = median_of(lr, "wal_peak_bytes") or 0.0
+        out.append(
+            {
+                "target": f"long ({prof}): litegate WAL bounded (second-half peak <= 1.5 x "
+                "first-half peak + 1 MiB)",
+                "value": peak,
+                "limit": None,
+                "met": all(c[0] for c in checks),
+                "detail": f"peak {peak / MIB:.1f} MiB; halves "
+                + ", ".join(f"{a / MIB:.1f} -> {b / MIB:.1f} MiB" for _, a, b in checks),
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------
+# the experiment
+
+
+def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
+    progress = progress or Progress(0)
+    ctx = mp.get_context(cfg.start_method)
+    cells = plan(cfg)
+    progress.total = float(len(cells) * cfg.runs)
+    started = time.time()
+    t0 = time.monotonic()
+    raw: list[dict[str, Any]] = []
+    for run_no in range(1, cfg.runs + 1):
+        for cell in cells:
+            progress.describe(
+                f"run {run_no}/{cfg.runs} {cell.scenario} {cell.profile} {cell.variant} {cell.side}"
+            )
+            raw.append(run_cell(cfg, ctx, run_no, cell))
+            progress.advance()
+    result: dict[str, Any] = {
+        "experiment": NAME,
+        "started_at": started,
+        "elapsed_s": time.monotonic() - t0,
+        "config": cfg.to_json(),
+        "raw": raw,
+    }
+    result["summary"] = summarise(raw)
+    result["targets"] = targets(cfg, result)
+    return result
