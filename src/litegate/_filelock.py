@@ -170,14 +170,15 @@ class ProcessLock:
     def _spin_until_done(self, p: int, slot: int) -> bool:
         """Watch ticket ``p``'s state word for DONE for up to SPIN_SECONDS,
         yielding the CPU between looks (the holder may need it). False: still
-        held (or its holder died): wait in the kernel, which also sees deaths."""
+        held (or its holder died): wait in the kernel, which also sees deaths.
+        A slot taken over by a later ticket means ``p`` let go long ago."""
         table, state, off = self._map, _STATE, _HEADER + slot * 16
         end = time.monotonic() + self.SPIN_SECONDS
         yield_ = os.sched_yield
         while True:
             tk, st = state.unpack_from(table, off)
             if tk != p or st == DONE:
-                return bool(tk == p)
+                return True
             if time.monotonic() > end:
                 return False
             yield_()

@@ -24,8 +24,8 @@ from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from .._errors import ConfigError
+from . import _model as sql  # the state numbers and KeyTaken, shared by every store
 from . import _sqlite
-from . import _sqlite as sql  # the state numbers and KeyTaken, shared by every store
 from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError
 
 R = TypeVar("R")
@@ -254,24 +254,23 @@ class Core:
         return ids
 
     # -- claiming -----------------------------------------------------------------
-    def claim(self, n: int, lease: float) -> Step[tuple[list[Job], float | None]]:
-        """Up to ``n`` jobs and, if none, when the next one falls due."""
+    def claim(self, n: int, lease: float) -> Step[list[Job]]:
+        """Up to ``n`` due jobs, leased for ``lease`` seconds."""
         n = _whole("n", n, minimum=1)
         lease = _seconds("lease", lease, zero_ok=False)
         # One token per claim: (id, token) is what proves ownership later.
         token = secrets.randbits(63)
-        now = time.time()
-        until = now + lease
-        rows, due = yield Tx(
-            partial(self.store.claim, queue=self.name, n=n, now=now, until=until, token=token)
+        rows, until = yield Tx(
+            partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
         )
+        if not rows:
+            return []
         name = self.name
-        payloads = _decode_many([r[1] for r in rows]) if rows else []
-        jobs = [
+        payloads = _decode_many([r[1] for r in rows])
+        return [
             Job(r[0], body, r[2], r[3], until, r[5], name, token)
             for r, body in zip(rows, payloads, strict=True)
         ]
-        return jobs, due
 
     def next_due(self) -> Step[float | None]:
         """When the next job can be claimed (epoch seconds; in the past if one
@@ -286,10 +285,10 @@ class Core:
         todo = _check_jobs(jobs, "ack")
         if not todo:
             return 0
-        owned = [(j.id, j.token) for j in todo]
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))
         lost: list[int] = yield Tx(partial(self.store.ack, now=time.time(), owned=owned))
         if lost:
-            done = len(todo) - len(lost)
+            done = len(owned) - len(lost)
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker "
                 "(the lease expired and another worker claimed them, or they were already "
@@ -298,7 +297,7 @@ class Core:
                 + ". Raise lease= or call extend() while working",
                 lost,
             )
-        return len(todo)
+        return len(owned)
 
     def backoff(self, attempt: int) -> float:
         """Seconds before retry number ``attempt``: doubling from
@@ -334,11 +333,10 @@ class Core:
     def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
         todo = _check_jobs(jobs, "extend")
         lease = _seconds("lease", lease, zero_ok=False)
-        until = time.time() + lease
         if not todo:
-            return until
+            return time.time() + lease
         owned = [(j.id, j.token) for j in todo]
-        lost: list[int] = yield Tx(partial(self.store.extend, owned=owned, until=until))
+        lost, until = yield Tx(partial(self.store.extend, owned=owned, lease=lease))
         for job in todo:
             if job.id not in lost:
                 job.lease_until = until
@@ -350,7 +348,7 @@ class Core:
                 f"their leases were not extended (the other {len(todo) - len(lost)} were)",
                 lost,
             )
-        return until
+        return float(until)
 
     def release(self, jobs: Iterable[Job]) -> Step[int]:
         todo = _check_jobs(jobs, "release")

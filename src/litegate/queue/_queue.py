@@ -146,8 +146,7 @@ class Queue:
         wait = _seconds("wait", wait, zero_ok=True)
         deadline = time.monotonic() + wait
         interrupts = self._interrupts
-        jobs: list[Job]
-        jobs, _ = self._run(self._core.claim(n, lease))
+        jobs: list[Job] = self._run(self._core.claim(n, lease))
         while not jobs:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._interrupts != interrupts:
@@ -155,8 +154,10 @@ class Queue:
             woken = threading.Event()
             self._waker.add(woken.set)
             try:
-                # Registered first, then looked: a put landing in between
-                # still wakes us. The look is a read, not a gate turn.
+                # Registered first, then looked: a put or wake() landing in
+                # between still wakes us. The look is a read, not a gate turn.
+                if self._interrupts != interrupts:
+                    return []
                 due = self._run(self._core.next_due())
                 if due is None or due > time.time():
                     pause = remaining if due is None else min(remaining, due - time.time())
@@ -164,7 +165,7 @@ class Queue:
                     continue
             finally:
                 self._waker.discard(woken.set)
-            jobs, _ = self._run(self._core.claim(n, lease))
+            jobs = self._run(self._core.claim(n, lease))
         self.stats_counters.add("claimed", len(jobs))
         return jobs
 

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
-READY, LEASED, DONE, DEAD = 0, 1, 2, 3
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken
+
+__all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
+
 SCHEMA_VERSION = 1
 
 TABLE = "litegate_jobs"
@@ -29,10 +33,13 @@ TABLE = "litegate_jobs"
 # - leased: expiry sweep, by lease_until;
 # - key: dedupe while a job is not done (dead jobs keep their key, so
 #   retry_dead can never collide);
-# - finished: dead letters, purge and counts of done/dead.
+# - done, dead: purge, dead letters and their counts (one each: SQLite uses a
+#   partial index only for a WHERE that names its state exactly).
+# AUTOINCREMENT: an id is never given to a second job, even after a purge
+# of the newest ones, so ids stored by an application stay unambiguous.
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
-    id           INTEGER PRIMARY KEY,
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
     queue        TEXT    NOT NULL,
     state        INTEGER NOT NULL,
     priority     INTEGER NOT NULL,
@@ -53,8 +60,10 @@ CREATE INDEX IF NOT EXISTS {TABLE}_leased
     ON {TABLE} (queue, lease_until) WHERE state = 1;
 CREATE UNIQUE INDEX IF NOT EXISTS {TABLE}_key
     ON {TABLE} (queue, key) WHERE key IS NOT NULL AND state <> 2;
-CREATE INDEX IF NOT EXISTS {TABLE}_finished
-    ON {TABLE} (queue, state, done_at) WHERE state >= 2;
+CREATE INDEX IF NOT EXISTS {TABLE}_done
+    ON {TABLE} (queue, done_at) WHERE state = 2;
+CREATE INDEX IF NOT EXISTS {TABLE}_dead
+    ON {TABLE} (queue, done_at) WHERE state = 3;
 CREATE TABLE IF NOT EXISTS litegate_queue_schema (version INTEGER NOT NULL);
 """
 
@@ -87,15 +96,6 @@ _INSERT = (
 Row = tuple[str, int, float, str, int, "str | None", float]
 
 
-class KeyTaken(Exception):
-    """Internal: a dedupe key is held by ``existing_id``."""
-
-    def __init__(self, key: str, existing_id: int) -> None:
-        super().__init__(key, existing_id)
-        self.key = key
-        self.existing_id = existing_id
-
-
 def insert_one(conn: sqlite3.Connection, row: Row) -> int:
     try:
         cur = conn.execute(_INSERT, row)
@@ -118,13 +118,18 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
     """Insert ``rows`` (no keys) and return their ids, in order.
 
     ``executemany`` keeps the per-row cost in C but reports no ids. Inside
-    one write transaction, with nobody else writing, SQLite gives each new
-    row max(id) + 1 until that would pass the 64-bit limit (then it picks
-    free ids at random), so the ids are the run after the largest one.
+    one write transaction, with nobody else writing, AUTOINCREMENT gives
+    each new row one more than the largest id ever used (the larger of
+    max(id) and the table's sqlite_sequence entry), so the ids are the run
+    after it. Near the 64-bit limit SQLite would fail instead; one row at a
+    time then reports that failure for the right row.
     """
     if len(rows) == 1:
         return [insert_one(conn, rows[0])]
-    before = conn.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}").fetchone()[0]
+    before = conn.execute(
+        f"SELECT max(coalesce((SELECT max(id) FROM {TABLE}), 0), "
+        f"coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{TABLE}'), 0))"
+    ).fetchone()[0]
     if before + len(rows) >= _MAX_ROWID:
         return [insert_one(conn, row) for row in rows]
     conn.executemany(_INSERT, rows)
@@ -138,7 +143,8 @@ _SWEEP = f"""
 UPDATE {TABLE}
    SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
        done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
-       last_error = 'lease expired after ' || (?1 - lease_until + 0) || ' s (attempt ' ||
+       token = CASE WHEN attempts >= max_attempts THEN NULL ELSE token END,
+       last_error = 'lease expired before the job was acked (attempt ' ||
                     attempts || ' of ' || max_attempts || ')',
        lease_until = NULL
  WHERE queue = ?2 AND state = 1 AND lease_until <= ?1
@@ -164,22 +170,23 @@ SELECT min(t) FROM (
 
 
 def claim(
-    conn: sqlite3.Connection, queue: str, n: int, now: float, until: float, token: int
-) -> tuple[list[Any], float | None]:
+    conn: sqlite3.Connection, queue: str, n: int, lease: float, token: int
+) -> tuple[list[Any], float]:
     """Sweep expired leases back (or to the dead letters), then claim up to
-    ``n`` due jobs in one statement. Returns the rows in claim order and,
-    when there were none, when the next job falls due (None: no job at all).
+    ``n`` due jobs in one statement. Returns the rows in claim order and the
+    lease's end.
 
-    A swept job keeps its token: the worker whose lease ran out may still ack
-    it, until somebody else claims it (which replaces the token)."""
+    The clock is read here, with the gate held, so that time spent waiting
+    for the gate does not come out of the lease. A swept job keeps its token
+    (unless it went dead): the worker whose lease ran out may still ack it,
+    until somebody else claims it (which replaces the token)."""
+    now = time.time()
+    until = now + lease
     conn.execute(_SWEEP, (now, queue))
     rows = conn.execute(_CLAIM, (token, until, queue, now, n)).fetchall()
-    if rows:
-        # RETURNING does not follow the subquery's order.
-        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
-        return rows, None
-    due = conn.execute(NEXT_DUE, (queue,)).fetchone()[0]
-    return rows, due
+    # RETURNING does not follow the subquery's order.
+    rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+    return rows, until
 
 
 _ACK = (
@@ -202,6 +209,7 @@ def ack(conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]) 
         return [] if conn.execute(_ACK, (now, jid, token)).rowcount == 1 else [jid]
     # Jobs claimed together share a token: one statement per token, the ids
     # as a JSON array, instead of one bound statement per job.
+    owned = list(dict.fromkeys(owned))  # the same job twice is acked once
     by_token: dict[int, list[int]] = {}
     for jid, token in owned:
         by_token.setdefault(token, []).append(jid)
@@ -232,11 +240,16 @@ _EXTEND = (
 )
 
 
-def extend(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], until: float) -> list[int]:
-    """Move the leases on; also takes back a job whose lease ran out and that
-    nobody has claimed since (the token is still ours). Returns the ids that
-    were no longer ours."""
-    return [jid for jid, token in owned if conn.execute(_EXTEND, (until, jid, token)).rowcount != 1]
+def extend(
+    conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], lease: float
+) -> tuple[list[int], float]:
+    """Move the leases on to ``lease`` seconds from now (read with the gate
+    held); also takes back a job whose lease ran out and that nobody has
+    claimed since (the token is still ours). Returns the ids that were no
+    longer ours, and the new end of the leases."""
+    until = time.time() + lease
+    lost = [jid for jid, token in owned if conn.execute(_EXTEND, (until, jid, token)).rowcount != 1]
+    return lost, until
 
 
 _FAIL = f"""
@@ -298,14 +311,18 @@ def retry_dead(
     return n, []
 
 
+_PURGE = {
+    state: f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
+    f"WHERE queue = ? AND state = {state} AND done_at < ? ORDER BY done_at LIMIT ?)"
+    for state in (DONE, DEAD)
+}
+
+
 def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int) -> int:
     """Delete up to ``limit`` finished jobs of ``state`` that finished before
-    ``before`` (oldest first); the caller loops so no transaction is long."""
-    return conn.execute(
-        f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
-        "WHERE queue = ? AND state = ? AND done_at < ? ORDER BY done_at LIMIT ?)",
-        (queue, state, before, limit),
-    ).rowcount
+    ``before`` (oldest first, through that state's index); the caller loops
+    so that no transaction is long."""
+    return conn.execute(_PURGE[state], (queue, before, limit)).rowcount
 
 
 # -- reads (through the reader pool) ------------------------------------------

@@ -18,8 +18,11 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from urllib.parse import quote
+
+_STARTING = object()  # Waker._thread while a waiter starts the watcher
 
 
 class Waker:
@@ -28,7 +31,7 @@ class Waker:
         self._poll = poll
         self._lock = threading.Lock()  # guards the fields below; no I/O under it
         self._waiters: list[Callable[[], None]] = []
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | object | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._pid = os.getpid()
@@ -45,15 +48,24 @@ class Waker:
             wake()
 
     def add(self, wake: Callable[[], None]) -> None:
+        """Register ``wake``; it is called once at the next commit seen (or
+        notify()). Commits after this returns are seen: a new watcher reads
+        its baseline here, before the caller looks for work."""
         with self._lock:
             if self._pid != os.getpid():  # forked: the thread and connection stayed behind
                 self._pid, self._thread, self._conn = os.getpid(), None, None
             self._waiters.append(wake)
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(
-                    target=self._watch, name="litegate-queue-waker", daemon=True
-                )
-                self._thread.start()
+            start = self._thread is None and not self._closed
+            if start:
+                self._thread = _STARTING  # one starter; it reads the baseline unlocked
+        if start:
+            baseline = self._version()
+            thread = threading.Thread(
+                target=self._watch, args=(baseline,), name="litegate-queue-waker", daemon=True
+            )
+            with self._lock:
+                self._thread = thread
+            thread.start()
 
     def discard(self, wake: Callable[[], None]) -> None:
         with self._lock, contextlib.suppress(ValueError):
@@ -68,28 +80,39 @@ class Waker:
         except sqlite3.Error:
             return None  # waiters still wake at their own deadline
 
-    def _watch(self) -> None:
+    def _watch(self, last: int | None) -> None:
         me = threading.current_thread()
-        last = self._version()
-        stop = threading.Event()
+        pause = threading.Event()
+        idle_since: float | None = None
         while True:
             with self._lock:
-                if not self._waiters or self._closed or self._thread is not me:
-                    if self._thread is me:
-                        self._thread = None
+                if self._closed or self._thread is not me:
                     return
-            stop.wait(self._poll)
+                if self._waiters:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.LINGER:
+                    # Nobody has waited for a while: stop. (A claimer that
+                    # waits again soon finds this thread still watching.)
+                    self._thread = None
+                    return
+            pause.wait(self._poll)
             version = self._version()
             if version != last:
                 last = version
                 self.notify()
+
+    # How long the watcher outlives its last waiter: claimers come back to
+    # wait after each commit they see, so it should not stop in between.
+    LINGER = 1.0
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             thread = self._thread
         self.notify()
-        if thread is not None and thread is not threading.current_thread():
+        if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
             thread.join(timeout=max(1.0, 2 * self._poll))
         with self._lock:
             conn, self._conn = self._conn, None

@@ -461,7 +461,6 @@ class Worker:
 
     def _begin_stop(self) -> None:
         self._stop_event.set()
-        self._queue.wake()  # the claimer's claim(wait=...) returns now
         with self._lock:
             self._stopping = True
             unstarted = []
@@ -473,6 +472,9 @@ class Worker:
                     self._held.discard(h)
             self._pending.clear()
             self._cond.notify_all()
+        # After _stopping: a claim in flight returns now, and whatever it got
+        # goes straight back (the claimer checks _stopping).
+        self._queue.wake()
         if unstarted:
             self._release(unstarted)
 

@@ -70,6 +70,7 @@ class Queue:
         self._schema_ready = False
         self._closed = False
         self._interrupts = 0
+        self._background: set[asyncio.Task[None]] = set()  # releases after a cancel
 
     @classmethod
     async def open(
@@ -155,8 +156,7 @@ class Queue:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         interrupts = self._interrupts
-        jobs: list[Job]
-        jobs, _ = await self._run(self._core.claim(n, lease))
+        jobs = await self._claim_once(n, lease)
         while not jobs:
             remaining = deadline - loop.time()
             if remaining <= 0 or self._interrupts != interrupts:
@@ -169,6 +169,8 @@ class Queue:
 
             self._waker.add(wake)
             try:
+                if self._interrupts != interrupts:
+                    return []
                 due = await self._run(self._core.next_due())
                 if due is None or due > time.time():
                     pause = remaining if due is None else min(remaining, due - time.time())
@@ -176,9 +178,29 @@ class Queue:
                     continue
             finally:
                 self._waker.discard(wake)
-            jobs, _ = await self._run(self._core.claim(n, lease))
+            jobs = await self._claim_once(n, lease)
         self.stats_counters.add("claimed", len(jobs))
         return jobs
+
+    async def _claim_once(self, n: int, lease: float) -> list[Job]:
+        """One claim that a cancellation cannot lose: if the task is cancelled
+        once the claim is on its way, the jobs it got go back to the queue
+        (attempt not counted) instead of sitting leased to nobody."""
+        work = asyncio.ensure_future(self._run(self._core.claim(n, lease)))
+        try:
+            jobs: list[Job] = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(self._give_back)
+            raise
+        return jobs
+
+    def _give_back(self, work: asyncio.Future[list[Job]]) -> None:
+        if work.cancelled() or work.exception() is not None or not work.result():
+            return
+        jobs = work.result()
+        task = asyncio.ensure_future(self.release(jobs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def wake(self) -> None:
         """Make every ``claim(wait=...)`` now waiting on this object return at
@@ -191,19 +213,11 @@ class Queue:
         await self.ack_many([job])
 
     async def ack_many(self, jobs: Iterable[Job]) -> None:
-        try:
-            n_acked = await self._run(self._core.ack(jobs))
-            self.stats_counters.add("acked", n_acked)
-        except LeaseLost as exc:
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
-            raise
+        n_acked = await self._counting_lost(self._core.ack(jobs))
+        self.stats_counters.add("acked", n_acked)
 
     async def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
-        try:
-            state: str = await self._run(self._core.fail(job, error, retry_in))
-        except LeaseLost as exc:
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
-            raise
+        state: str = await self._counting_lost(self._core.fail(job, error, retry_in))
         self.stats_counters.add("failed", 1)
         if state == "dead":
             self.stats_counters.add("dead", 1)
@@ -215,23 +229,22 @@ class Queue:
         return await self.extend_many([job], lease)
 
     async def extend_many(self, jobs: Iterable[Job], lease: float = 30.0) -> float:
-        try:
-            until: float = await self._run(self._core.extend(jobs, lease))
-        except LeaseLost as exc:
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
-            raise
+        until: float = await self._counting_lost(self._core.extend(jobs, lease))
         return until
 
     async def release(self, job: Job | Iterable[Job]) -> None:
         jobs = [job] if isinstance(job, Job) else job
-        try:
-            n: int = await self._run(self._core.release(jobs))
-        except LeaseLost as exc:
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
-            raise
+        n: int = await self._counting_lost(self._core.release(jobs))
         self.stats_counters.add("released", n)
         if n:
             self._waker.notify()
+
+    async def _counting_lost(self, step: Step[Any]) -> Any:
+        try:
+            return await self._run(step)
+        except LeaseLost as exc:
+            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            raise
 
     # -- looking ------------------------------------------------------------------
     async def get(self, job_id: int) -> JobInfo:

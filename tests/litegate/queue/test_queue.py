@@ -241,7 +241,12 @@ def test_expired_lease_on_last_attempt_goes_dead(make_queue: MakeQueue) -> None:
     info = q.get(jid)
     assert info.state == "dead"
     assert "lease expired" in (info.last_error or "")
-    assert job.id == jid
+    # Dead is final for the late worker: ack and extend agree that it lost it.
+    with pytest.raises(LeaseLost):
+        q.extend(job)
+    with pytest.raises(LeaseLost):
+        q.ack(job)
+    assert q.get(jid).state == "dead"
 
 
 def test_release_does_not_count_the_attempt_and_keeps_the_place(
@@ -514,3 +519,99 @@ def test_extend_many(make_queue: MakeQueue) -> None:
         q.extend_many(jobs, lease=60)
     assert info.value.job_ids == [ids[0]]
     assert "the other 2 were" in str(info.value)
+
+
+def test_the_lease_starts_when_the_gate_is_taken(db_path: str) -> None:
+    """Time spent waiting for the write gate does not eat into the lease."""
+    from tests.conftest import gate_held_by_another_thread
+
+    q = Queue(db_path)
+    q.put("x")
+    result: list[Job] = []
+    with gate_held_by_another_thread(q.db):
+        t = threading.Thread(target=lambda: result.extend(q.claim(lease=1.0)))
+        t.start()
+        time.sleep(0.4)  # the claim waits behind the held gate
+    t.join()
+    returned = time.time()
+    (job,) = result
+    assert job.lease_until - returned > 0.85  # not 1.0 - 0.4
+    q.close()
+
+
+def test_ids_are_never_reused_after_a_purge(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    ids = q.put_many(range(5))
+    q.ack_many(q.claim(n=5))
+    assert q.purge(done_before=time.time() + 1) == 5
+    assert q.put("new") == ids[-1] + 1
+    assert q.put_many(["a", "b"]) == [ids[-1] + 2, ids[-1] + 3]
+
+
+def test_every_hot_statement_uses_an_index(db_path: str) -> None:
+    """No statement of the queue scans the table: claims, sweeps, acks,
+    purges, dead letters and counts go through their partial indexes."""
+    from litegate.queue import _sqlite
+
+    q = Queue(db_path)
+    q.close()
+    conn = sqlite3.connect(db_path)
+    statements = [
+        (_sqlite._SWEEP, (1.0, "q")),
+        (_sqlite._CLAIM, (1, 2.0, "q", 1.0, 10)),
+        (_sqlite._ACK, (1.0, 1, 1)),
+        (_sqlite._ACK_BATCH, (1.0, "[1,2]", 1)),
+        (_sqlite._EXTEND, (1.0, 1, 1)),
+        (_sqlite._PURGE[2], ("q", 1.0, 10)),
+        (_sqlite._PURGE[3], ("q", 1.0, 10)),
+        (_sqlite.SELECT_DEAD, ("q", 10)),
+        (_sqlite.COUNTS, ("q", 1.0)),
+        (_sqlite.NEXT_DUE, ("q",)),
+    ]
+    for sql, params in statements:
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        for step in plan.split(" | "):
+            if step.startswith("SCAN litegate_jobs"):
+                assert "USING" in step, f"{sql.strip()[:60]}...: {plan}"
+    conn.close()
+
+
+def test_aio_claim_cancelled_mid_flight_gives_its_jobs_back(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task cancelled while its claim is being committed does not leave the
+    jobs leased to nobody: they go back to the queue, attempt not counted."""
+    import asyncio
+
+    from litegate.queue import _sqlite, aio
+
+    inside = threading.Event()
+    real_claim = _sqlite.claim
+
+    def slow_claim(conn: sqlite3.Connection, **kwargs: Any) -> Any:
+        inside.set()
+        time.sleep(0.3)  # the batch has taken the claim; the task is cancelled now
+        return real_claim(conn, **kwargs)
+
+    async def main() -> None:
+        q = await aio.Queue.open(db_path)
+        jid = await q.put("x")
+        monkeypatch.setattr(_sqlite, "claim", slow_claim)
+        task = asyncio.ensure_future(q.claim())
+        while not inside.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.setattr(_sqlite, "claim", real_claim)
+        for _ in range(500):  # the release runs once the claim's commit is in
+            if q.stats_counters.as_dict()["released"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        info = await q.get(jid)
+        assert (info.state, info.attempts) == ("ready", 0)
+        (job,) = await q.claim()
+        assert job.attempt == 1
+        await q.close()
+
+    asyncio.run(main())
