@@ -433,7 +433,7 @@ class Core:
                     )
                 )
                 total += n
-                if n < PURGE_CHUNK:
+                if n == 0:  # (a short chunk may only have skipped the newest row)
                     break
         return total
 

