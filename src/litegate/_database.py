@@ -28,7 +28,7 @@ from ._errors import (
     WriteTimeout,
 )
 from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
-from ._filelock import ProcessLock
+from ._gate import FileGate
 from ._profiles import PragmaValue
 from ._stats import WaitHistogram
 
@@ -91,7 +91,10 @@ class _ProcessState:
     def __init__(self, db: Database) -> None:
         self.gate_wait = WaitHistogram()  # request -> BEGIN IMMEDIATE done
         self.gate = FairLock(fair=db.fair)  # in-process FIFO in front of the process lock
-        self.plock = ProcessLock(db.path + "-litegate")
+        # This file's gate in this process, shared with every other Database
+        # (and Django connection) on it: one line in the process, one ticket
+        # at a time across processes.
+        self.filegate = FileGate.open(db.path)
         self.pool: HandoffQueue[sqlite3.Connection] = HandoffQueue(
             db._readers, db._open_reader, fair=db.fair
         )
@@ -196,7 +199,6 @@ class Database:
         self._state_lock = threading.Lock()  # the parent's may be held forever
         if state is None:
             return
-        state.plock.forget_after_fork()
         me = threading.get_ident()  # the forking thread keeps its ident in the child
         safe = {id(c) for c in state.pool.idle_snapshot()}
         safe.update(c for c, owner in state.reader_owner.items() if owner == me)
@@ -286,13 +288,13 @@ class Database:
             yield False
             return
         try:
-            if not state.plock.acquire(timeout):
+            if not state.filegate.acquire(timeout):
                 yield False
                 return
             try:
                 yield True
             finally:
-                state.plock.release()
+                state.filegate.release()
         finally:
             state.gate.release()
 
@@ -358,7 +360,7 @@ class Database:
         failure."""
         try:
             remaining = None if math.isinf(limit) else deadline - time.monotonic()
-            if not state.plock.acquire(remaining):
+            if not state.filegate.acquire(remaining):
                 raise WriteTimeout(
                     f"no write gate within {limit:g} s: another process holds it; raise "
                     "timeout= or make write transactions shorter"
@@ -369,7 +371,7 @@ class Database:
                     raise Closed(f"database {self.path!r} is closed")
                 self._begin_immediate(state, conn, deadline, limit)
             except BaseException:
-                state.plock.release()
+                state.filegate.release()
                 raise
         except BaseException:
             state.gate_wait.record_timeout()
@@ -432,7 +434,7 @@ class Database:
                     state.rolled_back += 1
         finally:
             state.writer_owner = None
-            state.plock.release()
+            state.filegate.release()
             state.gate.release()
 
     def execute(
@@ -561,7 +563,7 @@ class Database:
                 **state.gate_wait.summary(),
                 "held": state.gate.locked,
                 "waiting": state.gate.waiting,
-                "cross_process_waits": state.plock.contended,
+                "cross_process_waits": state.filegate.plock.contended,
             },
             "pool": {
                 **pool.histogram.summary(),
@@ -619,7 +621,7 @@ class Database:
         if state.writer is not None:
             self._close_conn(state, state.writer)
             state.writer = None
-        state.plock.close()
+        state.filegate.close()
 
     @staticmethod
     def _close_conn(state: _ProcessState, conn: sqlite3.Connection) -> None:

@@ -1,0 +1,130 @@
+"""The write gate of one database file in one process, shared.
+
+Every writer of a file in this process goes through the same :class:`FileGate`:
+an in-process FIFO (:class:`FairLock`) in front of the cross-process ticket
+queue (:class:`ProcessLock`). Several ``litegate.Database`` objects on one
+file, or the per-thread connections of a Django process, therefore queue in
+one line inside the process and take one ticket at a time across processes,
+instead of competing like separate processes.
+
+``FileGate.open(path)`` returns the process's gate for ``path`` (made on
+first use) and counts the users; ``close()`` gives one back, and the last
+one closes the lock file. After ``fork()`` the child starts with no gates:
+the parent's are forgotten, never used (their locks are the parent's).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from ._errors import NestedWriteError
+from ._fair import FairLock, QueueClosed
+from ._filelock import ProcessLock
+
+_REGISTRY: dict[str, FileGate] = {}
+_REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
+
+
+def _after_fork_in_child() -> None:
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
+    for gate in list(_REGISTRY.values()):
+        gate.plock.forget_after_fork()
+    _REGISTRY.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class FileGate:
+    """One file's write gate in this process. Use :meth:`open`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = FairLock()  # connections of this process, in arrival order
+        self.plock = ProcessLock(path + "-litegate")  # processes, in ticket order
+        self.owner: int | None = None  # thread ident holding it (for nesting checks)
+        self._users = 0
+
+    @classmethod
+    def open(cls, path: str) -> FileGate:
+        """The gate of ``path`` (an absolute path) in this process."""
+        with _REGISTRY_LOCK:
+            gate = _REGISTRY.get(path)
+            if gate is not None:
+                gate._users += 1
+                return gate
+        fresh = cls(path)  # opens the lock file: I/O outside the registry lock
+        with _REGISTRY_LOCK:
+            gate = _REGISTRY.get(path)
+            if gate is None:
+                gate = _REGISTRY[path] = fresh
+                fresh = None  # type: ignore[assignment]
+            gate._users += 1
+        if fresh is not None:  # another thread made one first: use theirs
+            fresh.plock.close()
+        return gate
+
+    def close(self) -> None:
+        """Give back one use; the last closes the lock file."""
+        with _REGISTRY_LOCK:
+            self._users -= 1
+            last = self._users <= 0 and _REGISTRY.get(self.path) is self
+            if last:
+                del _REGISTRY[self.path]
+        if last:
+            self.plock.close()
+
+    def acquire(self, timeout: float | None) -> bool:
+        """Take the gate: this process's FIFO, then the cross-process queue.
+        False if ``timeout`` seconds passed first. A thread that already
+        holds it gets :class:`NestedWriteError` at once (it would wait for
+        itself)."""
+        me = threading.get_ident()
+        if self.owner == me:
+            raise NestedWriteError(
+                f"this thread already holds the write gate of {self.path!r} (through another "
+                "connection or Database on the same file); waiting would wait for itself. "
+                "Write through the connection that holds it"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            if not self.lock.acquire(timeout):
+                return False
+        except QueueClosed:  # pragma: no cover - the shared lock is never closed
+            return False
+        try:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.plock.acquire(remaining):
+                self.lock.release()
+                return False
+        except BaseException:
+            self.lock.release()
+            raise
+        self.owner = me
+        return True
+
+    def release(self) -> None:
+        self.owner = None
+        try:
+            self.plock.release()
+        finally:
+            self.lock.release()
+
+    @property
+    def held(self) -> bool:
+        return self.lock.locked
+
+    @property
+    def waiting(self) -> int:
+        """Writers of this process queued for the gate (not those of others)."""
+        return self.lock.waiting
+
+    def __repr__(self) -> str:
+        return (
+            f"<FileGate {self.path!r} {'held' if self.held else 'free'} waiting={self.waiting} "
+            f"users={self._users}>"
+        )

@@ -1,0 +1,83 @@
+"""One write gate per file per process, shared by every Database (and, for
+Django, every connection) on the file."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import litegate
+from litegate import _gate
+from tests.conftest import wait_until
+
+
+def test_databases_on_one_file_share_one_gate(db_path: str) -> None:
+    a = litegate.connect(db_path, timeout=10)
+    b = litegate.connect(db_path, timeout=10)
+    a.execute("CREATE TABLE t(v)")
+    assert a._process_state().filegate is b._process_state().filegate
+    assert a.path in _gate._REGISTRY
+    order: list[str] = []
+    with a.write() as conn:
+        conn.execute("INSERT INTO t VALUES ('a')")
+
+        def other() -> None:
+            with b.write() as c2:
+                c2.execute("INSERT INTO t VALUES ('b')")
+                order.append("b")
+
+        t = threading.Thread(target=other)
+        t.start()
+        # b waits in this process's line for the gate, not in the kernel
+        wait_until(lambda: a._process_state().filegate.waiting == 1, what="b to queue")
+        order.append("a")
+    t.join()
+    assert order == ["a", "b"]
+    assert a.stats()["gate"]["cross_process_waits"] == 0
+    assert b.stats()["gate"]["cross_process_waits"] == 0
+    a.close()
+    assert b.path in _gate._REGISTRY  # b still uses it
+    b.close()
+    assert b.path not in _gate._REGISTRY
+
+
+def test_a_thread_holding_the_gate_through_one_database_cannot_wait_on_another(
+    db_path: str,
+) -> None:
+    a = litegate.connect(db_path, timeout=10)
+    b = litegate.connect(db_path, timeout=10)
+    a.execute("CREATE TABLE t(v)")
+    with a.write() as conn:
+        conn.execute("INSERT INTO t VALUES (1)")
+        with (
+            pytest.raises(litegate.NestedWriteError, match="another connection or Database"),
+            b.write(),
+        ):
+            pass  # pragma: no cover - never entered
+        with pytest.raises(litegate.NestedWriteError):
+            b.execute("INSERT INTO t VALUES (2)")
+    # nothing is left held: both work afterwards
+    b.execute("INSERT INTO t VALUES (3)")
+    assert a.query("SELECT v FROM t ORDER BY v") == [(1,), (3,)]
+    a.close()
+    b.close()
+
+
+def test_file_gate_open_is_shared_and_counted(tmp_path: object) -> None:
+    path = str(tmp_path) + "/x.db"
+    g1 = _gate.FileGate.open(path)
+    g2 = _gate.FileGate.open(path)
+    assert g1 is g2
+    assert "users=2" in repr(g1)
+    assert g1.acquire(1.0)
+    assert g1.held
+    assert g1.owner == threading.get_ident()
+    with pytest.raises(litegate.NestedWriteError):
+        g2.acquire(1.0)
+    g1.release()
+    assert not g1.held
+    g1.close()
+    assert path in _gate._REGISTRY
+    g2.close()
+    assert path not in _gate._REGISTRY
