@@ -8,8 +8,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
@@ -17,7 +16,7 @@ from urllib.parse import quote
 from . import _profiles
 from ._batch import GroupCommit, Request
 from ._busy import BusyStrategy, get_strategy, is_busy, retry_busy
-from ._checkpoint import Checkpointer
+from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
 from ._errors import (
     Closed,
     ConfigError,
@@ -184,10 +183,8 @@ class Database:
                 state = _ProcessState(self)
                 self._state = state
                 state.writer = self._open_writer(state)
-                if self.checkpoints:
-                    state.checkpointer = Checkpointer(
-                        lambda: self._open_checkpoint_conn(state),
-                        lambda timeout: self._gate_only(state, timeout),
+                if self.checkpoints:  # one per file per process, shared
+                    state.checkpointer = state.filegate.checkpointer(
                         every_commits=self._checkpoint_every,
                         restart_frames=4 * self._checkpoint_every,
                     )
@@ -204,9 +201,6 @@ class Database:
         safe.update(c for c, owner in state.reader_owner.items() if owner == me)
         if state.writer is not None and state.writer_owner in (None, me):
             safe.add(id(state.writer))
-        ckpt = state.checkpointer
-        if ckpt is not None and ckpt.conn is not None and not ckpt.busy:
-            safe.add(id(ckpt.conn))
         for conn in state.connections:
             if id(conn) in safe:
                 try:
@@ -268,35 +262,6 @@ class Database:
             state.reader_pragmas = in_force
         state.connections.append(conn)
         return conn
-
-    def _open_checkpoint_conn(self, state: _ProcessState) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 0")  # never wait: skip and retry later
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        state.connections.append(conn)
-        return conn
-
-    @contextmanager
-    def _gate_only(self, state: _ProcessState, timeout: float) -> Iterator[bool]:
-        """Hold the write gate without a transaction (for a TRUNCATE checkpoint,
-        which needs SQLite's write lock on another connection)."""
-        try:
-            got = state.gate.acquire(timeout)
-        except QueueClosed:
-            got = False
-        if not got:
-            yield False
-            return
-        try:
-            if not state.filegate.acquire(timeout):
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                state.filegate.release()
-        finally:
-            state.gate.release()
 
     def _open_error(self, exc: sqlite3.Error) -> OpenError:
         code = _errcode(exc)
@@ -422,8 +387,7 @@ class Database:
                     try:
                         conn.execute("COMMIT")
                         state.committed += 1
-                        if state.checkpointer is not None:
-                            state.checkpointer.committed()
+                        state.filegate.committed()
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -609,11 +573,6 @@ class Database:
         if state is None or self._pid != os.getpid():
             return
         state.batcher.close()
-        if state.checkpointer is not None:
-            ckpt_conn = state.checkpointer.conn
-            state.checkpointer.stop()
-            if ckpt_conn in state.connections:
-                state.connections.remove(ckpt_conn)
         state.pool.close(on_idle=lambda conn: self._close_conn(state, conn))
         state.gate.close(lambda _token: self._close_writer(state))
 

@@ -7,18 +7,28 @@ file, or the per-thread connections of a Django process, therefore queue in
 one line inside the process and take one ticket at a time across processes,
 instead of competing like separate processes.
 
+The gate also owns the file's background checkpointer (one per file per
+process, started by the first user that wants checkpoints): every commit
+through the gate counts towards it, whoever made it.
+
 ``FileGate.open(path)`` returns the process's gate for ``path`` (made on
 first use) and counts the users; ``close()`` gives one back, and the last
-one closes the lock file. After ``fork()`` the child starts with no gates:
-the parent's are forgotten, never used (their locks are the parent's).
+one stops the checkpointer and closes the lock file. After ``fork()`` the
+child starts with no gates: the parent's are forgotten, never used (their
+locks are the parent's), and the checkpointer's connection copy is closed
+if it was idle.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError
 from ._fair import FairLock, QueueClosed
 from ._filelock import ProcessLock
@@ -32,7 +42,20 @@ def _after_fork_in_child() -> None:
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
     for gate in list(_REGISTRY.values()):
         gate.plock.forget_after_fork()
+        ckpt, gate._ckpt = gate._ckpt, None
+        conn = None if ckpt is None else ckpt.conn
+        if conn is not None:
+            if ckpt is not None and not ckpt.busy:
+                try:
+                    conn.close()  # see _database.py: closing an idle copy is safe
+                except sqlite3.Error:
+                    _FORK_ORPHANS.append(conn)
+            else:  # mid-call in a thread that does not exist here: never touch it
+                _FORK_ORPHANS.append(conn)
     _REGISTRY.clear()
+
+
+_FORK_ORPHANS: list[object] = []
 
 
 if hasattr(os, "register_at_fork"):
@@ -48,6 +71,8 @@ class FileGate:
         self.plock = ProcessLock(path + "-litegate")  # processes, in ticket order
         self.owner: int | None = None  # thread ident holding it (for nesting checks)
         self._users = 0
+        self._ckpt: Checkpointer | None = None
+        self._ckpt_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str) -> FileGate:
@@ -76,7 +101,48 @@ class FileGate:
             if last:
                 del _REGISTRY[self.path]
         if last:
+            ckpt, self._ckpt = self._ckpt, None
+            if ckpt is not None:
+                ckpt.stop()
             self.plock.close()
+
+    # -- the file's checkpointer ------------------------------------------------
+    def checkpointer(self, *, every_commits: int, restart_frames: int) -> Checkpointer:
+        """The file's background checkpointer, started on first call (the
+        first caller's thresholds apply)."""
+        with self._ckpt_lock:
+            if self._ckpt is None:
+                self._ckpt = Checkpointer(
+                    self._open_checkpoint_conn,
+                    self._turn,
+                    every_commits=every_commits,
+                    restart_frames=restart_frames,
+                )
+            return self._ckpt
+
+    def committed(self) -> None:
+        """A COMMIT went through this gate (cheap; never blocks)."""
+        ckpt = self._ckpt
+        if ckpt is not None:
+            ckpt.committed()
+
+    def _open_checkpoint_conn(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 0")  # never wait: skip and retry later
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return conn
+
+    @contextmanager
+    def _turn(self, timeout: float) -> Iterator[bool]:
+        """Hold the gate without a transaction (for the checkpointer's
+        RESTART, which needs SQLite's write lock on another connection)."""
+        if not self.acquire(timeout):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.release()
 
     def acquire(self, timeout: float | None) -> bool:
         """Take the gate: this process's FIFO, then the cross-process queue.

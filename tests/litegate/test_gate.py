@@ -81,3 +81,31 @@ def test_file_gate_open_is_shared_and_counted(tmp_path: object) -> None:
     assert path in _gate._REGISTRY
     g2.close()
     assert path not in _gate._REGISTRY
+
+
+def checkpointer_threads() -> int:
+    return [t.name for t in threading.enumerate()].count("litegate-checkpointer")
+
+
+def test_one_checkpointer_per_file_per_process(
+    db_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from litegate._checkpoint import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # no round mid-test
+    before = checkpointer_threads()
+    a = litegate.connect(db_path)
+    b = litegate.connect(db_path)
+    other = litegate.connect(str(tmp_path) + "/other.db")
+    assert checkpointer_threads() == before + 2  # one for db_path, one for other.db
+    assert a._process_state().checkpointer is b._process_state().checkpointer
+    a.execute("CREATE TABLE t(v)")
+    b.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(10)])
+    ckpt = a._process_state().checkpointer
+    assert ckpt is not None
+    assert ckpt._commits == 2  # commits of both Databases count towards it
+    a.close()
+    assert checkpointer_threads() == before + 2  # b still uses the file
+    b.close()
+    other.close()
+    wait_until(lambda: checkpointer_threads() == before, what="the checkpointers to stop")
