@@ -1,0 +1,209 @@
+"""The database wrapper Django loads for ``ENGINE: "litegate.django"``.
+
+It subclasses Django's own SQLite backend and overrides a few named methods:
+``get_connection_params`` (litegate's OPTIONS), ``get_new_connection`` (the
+profile's PRAGMAs, the file's gate and checkpointer), ``create_cursor``
+(autocommit writes through the gate), ``_start_transaction_under_autocommit``
+(gate, then ``BEGIN IMMEDIATE``), and ``_commit`` / ``_rollback`` /
+``_close`` (give the gate back on every path). ``vendor`` stays ``"sqlite"``,
+so Django's SQLite code paths and third-party apps see SQLite.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.sqlite3 import base as sqlite_base
+from django.db.utils import OperationalError
+
+from .. import _profiles
+from .._errors import ConfigError, WriteTimeout
+from .._gate import FileGate
+from .creation import DatabaseCreation
+
+
+class GateTimeout(OperationalError, WriteTimeout):
+    """The write gate was not free within the timeout: Django's
+    ``OperationalError`` (what Django code catches) and
+    :class:`litegate.WriteTimeout`."""
+
+
+# Statements that never need SQLite's write lock: they take no gate in
+# autocommit mode. Everything else (INSERT, UPDATE, DELETE, REPLACE, DDL,
+# WITH … which may write, VACUUM) does.
+_READS = ("SELECT", "PRAGMA", "EXPLAIN", "VALUES")
+# Transaction control sent as raw SQL: left alone (the gate follows atomic()).
+_TX = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
+def _needs_gate(sql: str) -> bool:
+    head = sql.lstrip()[:9].upper()
+    return not head.startswith(_READS) and not head.startswith(_TX)
+
+
+class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
+    """Django's SQLite cursor; a write outside a transaction runs as gate →
+    one statement → release."""
+
+    litegate_wrapper: DatabaseWrapper
+
+    def execute(self, query: str, params: Any = None) -> Any:
+        w = self.litegate_wrapper
+        if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
+            return super().execute(query, params)
+        w.litegate_take_gate()
+        try:
+            return super().execute(query, params)
+        finally:
+            w.litegate_give_gate()
+
+    def executemany(self, query: str, param_list: Any) -> Any:
+        w = self.litegate_wrapper
+        if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
+            return super().executemany(query, param_list)
+        w.litegate_take_gate()
+        try:
+            return super().executemany(query, param_list)
+        finally:
+            w.litegate_give_gate()
+
+
+class DatabaseWrapper(sqlite_base.DatabaseWrapper):
+    """Django's SQLite ``DatabaseWrapper`` with litegate's write gate."""
+
+    display_name = "SQLite (litegate)"
+    creation_class = DatabaseCreation
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.litegate_gate: FileGate | None = None  # None: in-memory, no gate needed
+        self.litegate_held = False
+        self.litegate_timeout = 5.0
+        self.litegate_pragmas: dict[str, _profiles.PragmaValue] = {}
+        self._litegate_every = 1000
+
+    # -- settings ---------------------------------------------------------------
+    def get_connection_params(self) -> dict[str, Any]:
+        options = dict(self.settings_dict["OPTIONS"])
+        profile = options.pop("profile", "default")
+        overrides = options.pop("pragmas", None)
+        timeout = options.get("timeout")  # also sqlite3's busy timeout for outside writers
+        saved = self.settings_dict["OPTIONS"]
+        self.settings_dict["OPTIONS"] = options
+        try:
+            kwargs: dict[str, Any] = super().get_connection_params()
+        finally:
+            self.settings_dict["OPTIONS"] = saved
+        try:
+            pragmas = _profiles.resolve(profile, overrides)
+        except ConfigError as exc:
+            raise ImproperlyConfigured(
+                f"settings.DATABASES[{self.alias!r}]['OPTIONS']: {exc}"
+            ) from None
+        if timeout is None:
+            timeout = int(pragmas.get("busy_timeout", 5000)) / 1000.0
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not timeout > 0
+            or math.isnan(timeout)
+        ):
+            raise ImproperlyConfigured(
+                f"settings.DATABASES[{self.alias!r}]['OPTIONS']['timeout'] must be a number "
+                f"of seconds greater than zero, got {timeout!r}"
+            )
+        kwargs["timeout"] = float(timeout)
+        self.litegate_timeout = float(timeout)
+        # Checkpoints run on litegate's background thread, not inside COMMIT.
+        self._litegate_every = int(pragmas.get("wal_autocheckpoint", 1000)) or 1000
+        pragmas["wal_autocheckpoint"] = 0
+        pragmas.setdefault("journal_size_limit", 8 * self._litegate_every * 4096)
+        pragmas.pop("busy_timeout", None)  # the connection's timeout= sets it
+        self.litegate_pragmas = pragmas
+        return kwargs
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        conn = super().get_new_connection(conn_params)
+        if self.is_in_memory_db():
+            self.litegate_gate = None  # one connection, nobody to share with
+            return conn
+        path = os.path.abspath(str(self.settings_dict["NAME"]))
+        try:
+            _profiles.apply(conn, self.litegate_pragmas, writer=True)
+        except Exception:
+            conn.close()
+            raise
+        if self.litegate_gate is None:  # one use of the file's gate per open connection
+            self.litegate_gate = FileGate.open(path)
+            self.litegate_gate.checkpointer(
+                every_commits=self._litegate_every, restart_frames=4 * self._litegate_every
+            )
+        return conn
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        cursor = self.connection.cursor(factory=LitegateCursorWrapper)
+        cursor.litegate_wrapper = self
+        return cursor
+
+    # -- the gate ---------------------------------------------------------------
+    def litegate_take_gate(self) -> None:
+        gate = self.litegate_gate
+        assert gate is not None
+        if not gate.acquire(self.litegate_timeout):
+            raise GateTimeout(
+                f"database {self.alias!r}: no write gate within {self.litegate_timeout:g} s "
+                f"({gate.waiting} more writers of this process queued, others may be in other "
+                "processes); raise OPTIONS['timeout'] or make write transactions shorter"
+            )
+        self.litegate_held = True
+
+    def litegate_give_gate(self) -> None:
+        if self.litegate_held:
+            self.litegate_held = False
+            gate = self.litegate_gate
+            assert gate is not None
+            gate.release()
+            gate.committed()
+
+    def _start_transaction_under_autocommit(self) -> None:
+        if self.litegate_gate is None or self.transaction_mode == "DEFERRED":
+            super()._start_transaction_under_autocommit()
+            return
+        self.litegate_take_gate()
+        try:
+            mode = self.transaction_mode or "IMMEDIATE"
+            self.cursor().execute(f"BEGIN {mode}")
+        except BaseException:
+            self.litegate_give_gate()
+            raise
+
+    def _commit(self) -> None:
+        try:
+            super()._commit()
+        finally:
+            if self.connection is None or not self.connection.in_transaction:
+                self.litegate_give_gate()
+
+    def _rollback(self) -> None:
+        try:
+            super()._rollback()
+        finally:
+            if self.connection is None or not self.connection.in_transaction:
+                self.litegate_give_gate()
+
+    def _close(self) -> None:
+        """The SQLite connection closes: its gate turn (if any) and its use
+        of the file's gate go with it, on every path."""
+        try:
+            super()._close()
+        finally:
+            self.litegate_give_gate()
+            gate, self.litegate_gate = self.litegate_gate, None
+            if gate is not None:
+                gate.close()
+
+
+__all__ = ["DatabaseWrapper", "GateTimeout"]

@@ -1,0 +1,211 @@
+"""ENGINE "litegate.django": writes through the gate on every path, with
+real threads and processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, OperationalError, connection, connections, transaction
+
+import litegate
+from litegate.django.base import GateTimeout
+from tests.conftest import wait_until
+from tests.litegate.django import procs
+from tests.litegate.django.testapp.models import Counter, Entry
+
+
+def db_path() -> str:
+    return str(connection.settings_dict["NAME"])
+
+
+def on_threads(n: int, body: Any) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            body(k)
+        except BaseException as exc:  # collected; the tests assert there are none
+            errors.append(exc)
+        finally:
+            connections.close_all()  # this thread's connections
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return errors
+
+
+def test_connection_is_sqlite_with_the_profile() -> None:
+    assert connection.vendor == "sqlite"
+    assert connection.display_name == "SQLite (litegate)"
+    with connection.cursor() as cur:
+        cur.execute("PRAGMA journal_mode")
+        assert cur.fetchone()[0] == "wal"
+        cur.execute("PRAGMA wal_autocheckpoint")
+        assert cur.fetchone()[0] == 0  # litegate's checkpointer does it
+        cur.execute("PRAGMA foreign_keys")
+        assert cur.fetchone()[0] == 1
+
+
+def test_atomic_read_then_write_from_threads_loses_nothing() -> None:
+    Counter.objects.create(name="c")
+
+    def body(_k: int) -> None:
+        for _ in range(40):
+            with transaction.atomic():
+                c = Counter.objects.get(name="c")
+                c.n += 1
+                c.save(update_fields=["n"])
+
+    assert on_threads(8, body) == []
+    assert Counter.objects.get(name="c").n == 8 * 40
+
+
+def test_autocommit_writes_wait_for_an_atomic_block() -> None:
+    """save() in autocommit mode from many threads while another thread's
+    atomic() holds the gate: they queue, then all land, no errors."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="holder")
+            inside.set()
+            assert leave.wait(30)
+        connection.close()
+
+    h = threading.Thread(target=holder)
+    h.start()
+    assert inside.wait(30)
+    gate = connection.litegate_gate if connection.connection else None
+    writers = threading.Thread(
+        target=lambda: on_threads(6, lambda k: Entry.objects.create(who=f"w{k}"))
+    )
+    writers.start()
+    # the writers queue behind the held gate (in this process's line)
+    shared = litegate._gate._REGISTRY[os.path.abspath(db_path())]
+    wait_until(lambda: shared.waiting == 6, what="6 writers to queue")
+    assert Entry.objects.count() == 0  # nothing committed yet
+    leave.set()
+    h.join()
+    writers.join()
+    assert Entry.objects.count() == 7
+    assert gate is None or gate is shared
+
+
+def test_errors_and_close_give_the_gate_back() -> None:
+    def raise_inside() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="rolled back")
+            raise ZeroDivisionError
+
+    def violate_inside() -> None:
+        with transaction.atomic():
+            Counter.objects.create(name="dup")
+            Counter.objects.create(name="dup")
+
+    with pytest.raises(ZeroDivisionError):
+        raise_inside()
+    assert not connection.litegate_held
+    with pytest.raises(IntegrityError):
+        violate_inside()
+    assert not connection.litegate_held
+    assert Entry.objects.count() == Counter.objects.count() == 0
+    # close() inside atomic() (in a thread of its own): the gate goes with the
+    # connection, and another thread writes at once
+    held_then: list[bool] = []
+
+    def close_inside(_k: int) -> None:
+        transaction.atomic().__enter__()  # never exited: the thread just ends
+        Entry.objects.create(who="lost with the connection")
+        held_then.append(connection.litegate_held)
+        connection.close()
+        held_then.append(connection.litegate_held)
+
+    assert on_threads(1, close_inside) == []
+    assert held_then == [True, False]
+    Entry.objects.create(who="after")
+    assert list(Entry.objects.values_list("who", flat=True)) == ["after"]
+
+
+def test_gate_timeout_is_djangos_operational_error_and_litegates() -> None:
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="holder")
+            inside.set()
+            assert leave.wait(30)
+        connection.close()
+
+    h = threading.Thread(target=holder)
+    h.start()
+    assert inside.wait(30)
+    caught: list[BaseException] = []
+
+    def impatient(_k: int) -> None:
+        connection.ensure_connection()
+        connection.litegate_timeout = 0.2  # (OPTIONS["timeout"] sets it per connection)
+        try:
+            with transaction.atomic():
+                Entry.objects.create(who="late")
+        except OperationalError as exc:
+            caught.append(exc)
+
+    assert on_threads(1, impatient) == []
+    leave.set()
+    h.join()
+    (exc,) = caught
+    assert isinstance(exc, GateTimeout)
+    assert isinstance(exc, litegate.WriteTimeout)
+    assert "no write gate within 0.2 s" in str(exc)
+    assert list(Entry.objects.values_list("who", flat=True)) == ["holder"]
+
+
+def test_two_aliases_on_one_file_refuse_to_wait_for_themselves() -> None:
+    with transaction.atomic(using="default"):
+        Entry.objects.using("default").create(who="a")
+        with pytest.raises(litegate.NestedWriteError):
+            Entry.objects.using("other").create(who="b")
+    assert list(Entry.objects.values_list("who", flat=True)) == ["a"]
+    connections["other"].close()
+
+
+@pytest.mark.slow
+def test_processes_x_threads_read_then_write() -> None:
+    """4 processes x 4 threads of atomic() read-then-write: zero errors,
+    exact count."""
+    Counter.objects.create(name="c")
+    connections.close_all()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        results = pool.starmap(procs.read_then_write, [(db_path(), "litegate.django", 4, 1.5)] * 4)
+    done = sum(r[0] for r in results)
+    assert sum(r[1] for r in results) == 0
+    assert done > 0
+    assert Counter.objects.get(name="c").n == done
+
+
+def test_sigkill_inside_atomic_holding_the_gate() -> None:
+    connections.close_all()
+    ctx = mp.get_context("spawn")
+    holding = ctx.Event()
+    p = ctx.Process(target=procs.hold_in_atomic, args=(db_path(), "litegate.django", holding))
+    p.start()
+    assert holding.wait(60)
+    t0 = time.monotonic()
+    os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    p.join(10)
+    Entry.objects.create(who="after")  # the gate came back with the process's death
+    assert time.monotonic() - t0 < 10
+    assert list(Entry.objects.values_list("who", flat=True)) == ["after"]
+    with sqlite3.connect(db_path()) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
