@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-core bench-queue clean
+.PHONY: demo test lint typecheck unit django-suite test-django-full bench-core bench-queue clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/litegate bench micro --quick --out results/demo-micro
 	$(VENV)/bin/litegate bench queue --quick --out results/demo-queue
 
-test: lint typecheck unit
+test: lint typecheck unit django-suite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo
@@ -31,6 +31,16 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
+
+# Django's own test suite (issue 8's label set, ~3,900 tests) against
+# litegate.django and the stock sqlite3 engine in the same run: fails if
+# litegate fails a test the stock engine passes (~80 s).
+django-suite: $(STAMP)
+	$(PY) tests/django_suite/run.py
+
+# Django's whole suite, both engines (long; not part of make test).
+test-django-full: $(STAMP)
+	$(PY) tests/django_suite/run.py --all --parallel 2
 
 # The two comparisons of the core's closing note: 50 threads on 5 read
 # connections against SQLAlchemy's QueuePool, and 8 processes x 4 threads
@@ -48,4 +58,4 @@ bench-queue: $(STAMP)
 	$(VENV)/bin/litegate bench queue --out results/queue-full
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .cache

@@ -74,7 +74,6 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
 class DatabaseWrapper(sqlite_base.DatabaseWrapper):
     """Django's SQLite ``DatabaseWrapper`` with litegate's write gate."""
 
-    display_name = "SQLite (litegate)"
     creation_class = DatabaseCreation
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,0 +1,148 @@
+"""Run Django's own test suite against ``litegate.django`` and against the
+stock ``django.db.backends.sqlite3`` in the same run, and fail if litegate
+fails a test that the stock engine passes.
+
+    python tests/django_suite/run.py                 # the label set of issue 8
+    python tests/django_suite/run.py --all           # Django's whole suite
+    python tests/django_suite/run.py --labels basic,queries --parallel 2
+
+Django's tests are not in its wheel: the source distribution of the
+installed version is downloaded once (pip download, into .cache/) and its
+``tests/runtests.py`` is run with ``tests/django_suite/settings.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache"
+
+LABELS = [
+    "backends",
+    "transactions",
+    "transaction_hooks",
+    "get_or_create",
+    "bulk_create",
+    "update",
+    "update_only_fields",
+    "force_insert_update",
+    "delete",
+    "delete_regress",
+    "basic",
+    "model_inheritance",
+    "select_for_update",
+    "test_utils",
+    "handlers",
+    "sessions_tests",
+    "db_utils",
+    "multiple_database",
+    "queries",
+    "model_fields",
+    "fixtures",
+    "migrations",
+    "schema",
+    "introspection",
+]
+
+# Tests that assert the literal SQL Django's stock backend sends, which
+# litegate changes on purpose (its outermost atomic() runs BEGIN IMMEDIATE).
+EXPECTED = {
+    "test_commit_debug_log (backends.base.test_base.DatabaseWrapperLoggingTests"
+    ".test_commit_debug_log)": "asserts the literal 'BEGIN'; litegate sends 'BEGIN IMMEDIATE'",
+    "test_default_transaction_mode (backends.sqlite.tests.TestTransactionMode"
+    ".test_default_transaction_mode)": "asserts the literal 'BEGIN'; litegate sends "
+    "'BEGIN IMMEDIATE'",
+}
+
+_RESULT = re.compile(r"^(ERROR|FAIL): (.+)$", re.M)
+
+
+def django_source() -> Path:
+    import django
+
+    version = django.get_version()
+    target = CACHE / f"django-{version}"
+    if (target / "tests" / "runtests.py").exists():
+        return target
+    CACHE.mkdir(exist_ok=True)
+    print(f"downloading Django {version}'s source distribution (its test suite)...", flush=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+         ":all:", f"django=={version}", "-d", str(CACHE)],
+        check=True,
+    )  # fmt: skip
+    archive = next(CACHE.glob(f"[dD]jango-{version}.tar.gz"))
+    with tarfile.open(archive) as tar:
+        tar.extractall(CACHE)
+    return target
+
+
+def run(engine: str, labels: list[str], parallel: int, src: Path) -> tuple[set[str], str, float]:
+    with tempfile.TemporaryDirectory(prefix="django-suite-") as tmp:
+        env = {
+            **os.environ,
+            "DJANGO_SUITE_ENGINE": engine,
+            "DJANGO_SUITE_DIR": tmp,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "src"), str(ROOT / "tests" / "django_suite")]
+            ),
+        }
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "runtests.py", "--settings=settings", f"--parallel={parallel}",
+             "--noinput", *labels],
+            cwd=src / "tests", env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        elapsed = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    summary = "\n".join(
+        line for line in out.splitlines() if line.startswith(("Ran ", "OK", "FAILED"))
+    )
+    if "Ran " not in summary:
+        print(out[-3000:], file=sys.stderr)
+        raise SystemExit(f"Django's runner did not run ({engine}): exit {proc.returncode}")
+    return {m[1] for m in _RESULT.findall(out)}, summary, elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--labels", help="comma-separated test labels (default: issue 8's set)")
+    p.add_argument("--all", action="store_true", help="Django's whole suite")
+    p.add_argument("--parallel", type=int, default=1, help="Django's --parallel (default 1)")
+    args = p.parse_args(argv)
+    labels = [] if args.all else (args.labels.split(",") if args.labels else LABELS)
+    src = django_source()
+    results = {}
+    for engine in ("django.db.backends.sqlite3", "litegate.django"):
+        failed, summary, elapsed = run(engine, labels, args.parallel, src)
+        results[engine] = failed
+        print(
+            f"{engine}: {summary.replace(chr(10), '; ')} ({elapsed:.0f} s, {len(failed)} failing)"
+        )
+    stock, ours = results["django.db.backends.sqlite3"], results["litegate.django"]
+    expected = sorted(ours & set(EXPECTED))
+    extra = sorted(ours - stock - set(EXPECTED))
+    fixed = sorted(stock - ours)
+    for t in expected:
+        print(f"  expected failure: {t}: {EXPECTED[t]}")
+    for t in fixed:
+        print(f"  fails with the stock engine only: {t}")
+    for t in extra:
+        print(f"  FAILS WITH litegate.django ONLY: {t}")
+    print(f"litegate.django: {len(extra)} failure(s) the stock engine does not have")
+    return 1 if extra else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
