@@ -46,7 +46,7 @@ def on_threads(n: int, body: Any) -> list[BaseException]:
 
 def test_connection_is_sqlite_with_the_profile() -> None:
     assert connection.vendor == "sqlite"
-    assert type(connection).__module__ == "litegate.django.base"
+    assert type(connections["default"]).__module__ == "litegate.django.base"
     with connection.cursor() as cur:
         cur.execute("PRAGMA journal_mode")
         assert cur.fetchone()[0] == "wal"
