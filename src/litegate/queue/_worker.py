@@ -446,6 +446,10 @@ class Worker:
                 if time.monotonic() < deadline:
                     continue
             except KeyboardInterrupt:
+                # Ctrl-C can land inside Event.wait() and leave its Condition
+                # half released ("cannot wait on un-acquired lock" next time):
+                # wait on a fresh Event from here on.
+                self._wake = threading.Event()
                 interrupts += 1
                 self.stop(grace=None if interrupts == 1 else 0)
                 continue
