@@ -426,8 +426,14 @@ class Worker:
         interrupts = 0
         while True:
             try:
-                self._wake.wait(_TICK)
-                self._wake.clear()
+                # Sleep, not Event.wait(): a Ctrl-C (KeyboardInterrupt) can land
+                # anywhere in this thread, and threading's Condition is not
+                # safe against that; time.sleep keeps no state. stop() from
+                # another thread sets _wake, seen within one tick.
+                if self._wake.is_set():
+                    self._wake.clear()
+                else:
+                    time.sleep(_TICK)
                 if self._on_tick is not None:
                     self._on_tick(self)
                 deadline = self._stop_deadline
@@ -446,10 +452,6 @@ class Worker:
                 if time.monotonic() < deadline:
                     continue
             except KeyboardInterrupt:
-                # Ctrl-C can land inside Event.wait() and leave its Condition
-                # half released ("cannot wait on un-acquired lock" next time):
-                # wait on a fresh Event from here on.
-                self._wake = threading.Event()
                 interrupts += 1
                 self.stop(grace=None if interrupts == 1 else 0)
                 continue
