@@ -32,11 +32,13 @@ def test_checkpointer_replaces_auto_checkpoint(db_path: str) -> None:
 
 def test_checkpointer_stops_on_close(db_path: str) -> None:
     db = litegate.connect(db_path)
-    threads = {t.name for t in threading.enumerate()}
-    assert "litegate-checkpointer" in threads
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    assert ckpt._thread.is_alive()
+    assert ckpt._thread.name == "litegate-checkpointer"
     db.close()
     db.close()
-    assert "litegate-checkpointer" not in {t.name for t in threading.enumerate()}
+    assert not ckpt._thread.is_alive()  # (other tests' checkpointers are not this one)
 
 
 def _load(path: str, checkpoints: bool, writes: int) -> int:

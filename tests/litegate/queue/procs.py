@@ -42,7 +42,9 @@ def claim_and_record(path: str, out: str, threads: int, lease: float, seed: int)
                         q.ack(j)
                         event = "ack"
                     except Exception as exc:  # LeaseLost: recorded, the test checks
-                        event = type(exc).__name__
+                        event = f"{type(exc).__name__}: {exc}"[:200]
+                        if type(exc).__name__ == "LeaseLost":
+                            event = "LeaseLost"
                     with lock:
                         f.write(json.dumps([event, j.id, 0, 0]) + "\n")
                         f.flush()
