@@ -51,22 +51,18 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
     litegate_wrapper: DatabaseWrapper
 
     def execute(self, query: str, params: Any = None) -> Any:
-        w = self.litegate_wrapper
-        if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
-            return super().execute(query, params)
-        w.litegate_take_gate()
-        try:
-            return super().execute(query, params)
-        finally:
-            w.litegate_give_gate()
+        return self._gated(super().execute, query, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
+        return self._gated(super().executemany, query, param_list)
+
+    def _gated(self, run: Any, query: str, params: Any) -> Any:
         w = self.litegate_wrapper
         if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
-            return super().executemany(query, param_list)
+            return run(query, params)
         w.litegate_take_gate()
         try:
-            return super().executemany(query, param_list)
+            return run(query, params)
         finally:
             w.litegate_give_gate()
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import contention, fairness, micro, queue
+from ._args import positive_float as _positive_float
+from ._args import positive_int as _positive_int
 from ._progress import Progress
 from ._report import environment, out_dir, timestamp, to_json, write_json
 
@@ -40,26 +42,6 @@ the tables show the median of each figure across runs and its coefficient of
 variation; a difference smaller than --noise-k x CV is marked "~" (within
 noise). Never trust one run's p99 or max (seed 002).
 """
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -85,6 +85,7 @@ import litegate
 from litegate._busy import STRATEGIES, retry_busy
 
 from . import _stats
+from ._args import csv as _csv
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
 
@@ -951,19 +952,6 @@ def charts(result: dict[str, Any], out: Path) -> list[Path]:
 
 # --------------------------------------------------------------------------
 # command line
-
-
-def _csv(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        items = tuple(x.strip() for x in text.split(",") if x.strip())
-        bad = [x for x in items if x not in choices]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(
-                f"pick from {', '.join(choices)} (comma-separated), got {text!r}"
-            )
-        return items
-
-    return parse
 
 
 def _cells(text: str) -> tuple[Cell, ...]:

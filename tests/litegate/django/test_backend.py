@@ -9,6 +9,8 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -44,6 +46,29 @@ def on_threads(n: int, body: Any) -> list[BaseException]:
     return errors
 
 
+@contextmanager
+def another_thread_in_atomic() -> Iterator[None]:
+    """Another thread holds the gate inside atomic() (one write done) for the
+    body of the with-block."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="holder")
+            inside.set()
+            assert leave.wait(30)
+        connection.close()
+
+    h = threading.Thread(target=holder)
+    h.start()
+    assert inside.wait(30)
+    try:
+        yield
+    finally:
+        leave.set()
+        h.join()
+
+
 def test_connection_is_sqlite_with_the_profile() -> None:
     assert connection.vendor == "sqlite"
     assert type(connections["default"]).__module__ == "litegate.django.base"
@@ -73,29 +98,16 @@ def test_atomic_read_then_write_from_threads_loses_nothing() -> None:
 def test_autocommit_writes_wait_for_an_atomic_block() -> None:
     """save() in autocommit mode from many threads while another thread's
     atomic() holds the gate: they queue, then all land, no errors."""
-    inside, leave = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with transaction.atomic():
-            Entry.objects.create(who="holder")
-            inside.set()
-            assert leave.wait(30)
-        connection.close()
-
-    h = threading.Thread(target=holder)
-    h.start()
-    assert inside.wait(30)
-    gate = connection.litegate_gate if connection.connection else None
-    writers = threading.Thread(
-        target=lambda: on_threads(6, lambda k: Entry.objects.create(who=f"w{k}"))
-    )
-    writers.start()
-    # the writers queue behind the held gate (in this process's line)
-    shared = litegate._gate._REGISTRY[os.path.abspath(db_path())]
-    wait_until(lambda: shared.waiting == 6, what="6 writers to queue")
-    assert Entry.objects.count() == 0  # nothing committed yet
-    leave.set()
-    h.join()
+    with another_thread_in_atomic():
+        gate = connection.litegate_gate if connection.connection else None
+        writers = threading.Thread(
+            target=lambda: on_threads(6, lambda k: Entry.objects.create(who=f"w{k}"))
+        )
+        writers.start()
+        # the writers queue behind the held gate (in this process's line)
+        shared = litegate._gate._REGISTRY[os.path.abspath(db_path())]
+        wait_until(lambda: shared.waiting == 6, what="6 writers to queue")
+        assert Entry.objects.count() == 0  # nothing committed yet (the holder is still inside)
     writers.join()
     assert Entry.objects.count() == 7
     assert gate is None or gate is shared
@@ -137,18 +149,6 @@ def test_errors_and_close_give_the_gate_back() -> None:
 
 
 def test_gate_timeout_is_djangos_operational_error_and_litegates() -> None:
-    inside, leave = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with transaction.atomic():
-            Entry.objects.create(who="holder")
-            inside.set()
-            assert leave.wait(30)
-        connection.close()
-
-    h = threading.Thread(target=holder)
-    h.start()
-    assert inside.wait(30)
     caught: list[BaseException] = []
 
     def impatient(_k: int) -> None:
@@ -160,9 +160,8 @@ def test_gate_timeout_is_djangos_operational_error_and_litegates() -> None:
         except OperationalError as exc:
             caught.append(exc)
 
-    assert on_threads(1, impatient) == []
-    leave.set()
-    h.join()
+    with another_thread_in_atomic():
+        assert on_threads(1, impatient) == []
     (exc,) = caught
     assert isinstance(exc, GateTimeout)
     assert isinstance(exc, litegate.WriteTimeout)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import _stats
+from .._args import csv as _csv
+from .._args import positive_float as _seconds
+from .._args import positive_int as _count
 from ._sides import PEER_MODULES, SIDES
 
 SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
@@ -87,19 +90,6 @@ def missing_peers(sides: Sequence[str]) -> list[str]:
     ]
 
 
-def _csv(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        items = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
-        bad = [x for x in items if x not in choices]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(
-                f"pick from {', '.join(choices)} (comma-separated), got {text!r}"
-            )
-        return items
-
-    return parse
-
-
 def _ints(text: str) -> tuple[int, ...]:
     try:
         items = tuple(int(x) for x in text.split(",") if x.strip())
@@ -108,26 +98,6 @@ def _ints(text: str) -> tuple[int, ...]:
     if not items or any(n < 1 for n in items):
         raise argparse.ArgumentTypeError(f"whole numbers of at least 1, got {text!r}")
     return items
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
