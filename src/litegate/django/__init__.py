@@ -11,10 +11,25 @@ ROLLBACK and close give it back. A write in autocommit mode (``save()``,
 ``update()``, raw SQL) takes the gate for its one statement. Reads take no
 gate. See the README's Django section.
 
-Django itself is imported only by ``litegate.django.base``, which Django
-loads when a connection is made; importing this package needs no Django.
+``with litegate.django.read_only():`` is an ``atomic()`` block that only
+reads: no gate, writes refused with :class:`ReadOnlyScopeError`.
+
+Django itself is imported only by ``litegate.django.base`` (which Django
+loads when a connection is made, and which the names above come from);
+importing this package needs no Django.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+__all__ = ["GateTimeout", "ReadOnlyScopeError", "read_only"]
+
+
+def __getattr__(name: str) -> Any:
+    # Django is imported on first use of these names, not with the package.
+    if name in __all__:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'litegate.django' has no attribute {name!r}")

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.sqlite3 import base as sqlite_base
+from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 
 from .. import _profiles
-from .._errors import ConfigError, WriteTimeout
+from .._errors import ConfigError, Error, WriteTimeout
 from .._gate import FileGate
 from .creation import DatabaseCreation
 
@@ -29,6 +33,42 @@ class GateTimeout(OperationalError, WriteTimeout):
     """The write gate was not free within the timeout: Django's
     ``OperationalError`` (what Django code catches) and
     :class:`litegate.WriteTimeout`."""
+
+
+class ReadOnlyScopeError(OperationalError, Error):
+    """A write inside :func:`read_only`: refused before it reached SQLite;
+    nothing was changed. Django's ``OperationalError`` and a
+    :class:`litegate.Error` (not a ``sqlite3`` error, which Django would
+    re-wrap into its own class)."""
+
+
+@contextmanager
+def read_only(using: str | None = None) -> Iterator[None]:
+    """An ``atomic()`` block that only reads: one consistent snapshot, no
+    write gate (so it never waits behind writers), and any write in it
+    raises :class:`ReadOnlyScopeError`. For views under ``ATOMIC_REQUESTS``
+    that only read, for example::
+
+        with read_only():
+            posts = list(Post.objects.filter(...))
+    """
+    conn = connections[using or DEFAULT_DB_ALIAS]
+    if not isinstance(conn, DatabaseWrapper):
+        raise ImproperlyConfigured(
+            f"read_only() needs a litegate.django database, and {conn.alias!r} uses "
+            f"{conn.settings_dict['ENGINE']!r}"
+        )
+    if conn.in_atomic_block:
+        raise TransactionManagementError(
+            "read_only() must be the outermost transaction: its snapshot is taken when the "
+            "transaction begins. Open it outside any atomic() block"
+        )
+    conn.litegate_read_only = True
+    try:
+        with transaction.atomic(using=conn.alias):
+            yield
+    finally:
+        conn.litegate_read_only = False
 
 
 # Statements that never need SQLite's write lock: they take no gate in
@@ -58,6 +98,12 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
 
     def _gated(self, run: Any, query: str, params: Any) -> Any:
         w = self.litegate_wrapper
+        if w.litegate_read_only and _needs_gate(query):
+            raise ReadOnlyScopeError(
+                f"a write inside litegate.django.read_only() on {w.alias!r} was refused; "
+                f"nothing was changed ({query.lstrip()[:40]!r}…). Write outside the read_only() "
+                "block, or use transaction.atomic() for blocks that write"
+            )
         if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
             return run(query, params)
         w.litegate_take_gate()
@@ -76,6 +122,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         super().__init__(*args, **kwargs)
         self.litegate_gate: FileGate | None = None  # None: in-memory, no gate needed
         self.litegate_held = False
+        self.litegate_read_only = False  # inside read_only(): no gate, writes refused
         self.litegate_timeout = 5.0
         self.litegate_pragmas: dict[str, _profiles.PragmaValue] = {}
         self._litegate_every = 1000
@@ -164,6 +211,9 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             gate.committed()
 
     def _start_transaction_under_autocommit(self) -> None:
+        if self.litegate_read_only:
+            self.cursor().execute("BEGIN DEFERRED")  # a snapshot; no gate
+            return
         if self.litegate_gate is None or self.transaction_mode == "DEFERRED":
             super()._start_transaction_under_autocommit()
             return
@@ -201,4 +251,4 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
                 gate.close()
 
 
-__all__ = ["DatabaseWrapper", "GateTimeout"]
+__all__ = ["DatabaseWrapper", "GateTimeout", "ReadOnlyScopeError", "read_only"]

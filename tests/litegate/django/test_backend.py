@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, connections, transaction
+from django.db.transaction import TransactionManagementError
 
 import litegate
 from litegate.django.base import GateTimeout
@@ -208,3 +209,28 @@ def test_sigkill_inside_atomic_holding_the_gate() -> None:
     assert list(Entry.objects.values_list("who", flat=True)) == ["after"]
     with sqlite3.connect(db_path()) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_read_only_scope_takes_no_gate_and_refuses_writes() -> None:
+    from litegate.django import ReadOnlyScopeError, read_only
+
+    Entry.objects.create(who="before")
+    seen: list[int] = []
+
+    def reader(_k: int) -> None:
+        connection.ensure_connection()
+        connection.litegate_timeout = 0.2  # would time out if it waited for the gate
+        with read_only():
+            seen.append(Entry.objects.count())
+        with pytest.raises(ReadOnlyScopeError) as info, read_only():
+            Entry.objects.create(who="refused")
+        assert isinstance(info.value, litegate.Error)
+        assert isinstance(info.value, OperationalError)
+        assert "nothing was changed" in str(info.value)
+
+    with another_thread_in_atomic():  # the gate is held the whole time
+        assert on_threads(1, reader) == []
+    assert seen == [1]
+    assert sorted(Entry.objects.values_list("who", flat=True)) == ["before", "holder"]
+    with transaction.atomic(), pytest.raises(TransactionManagementError), read_only():
+        pass  # pragma: no cover - read_only() must be outermost
