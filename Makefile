@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit django-suite test-django-full bench-core bench-queue clean
+.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ unit: $(STAMP)
 django-suite: $(STAMP)
 	$(PY) tests/django_suite/run.py
 
+# The same on Django 4.2 LTS (python3) and Django 6.x (python3.13), each in
+# its own venv (.venv-django42, .venv-django6); ~4 minutes.
+test-django-matrix:
+	bash tests/django_suite/matrix.sh
+
 # Django's whole suite, both engines (long; not part of make test).
 test-django-full: $(STAMP)
 	$(PY) tests/django_suite/run.py --all --parallel 2
@@ -58,4 +63,4 @@ bench-queue: $(STAMP)
 	$(VENV)/bin/litegate bench queue --out results/queue-full
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) .venv-django42 .venv-django6 .mypy_cache .pytest_cache .ruff_cache .cache

@@ -82,7 +82,10 @@ def django_source() -> Path:
     )  # fmt: skip
     archive = next(CACHE.glob(f"[dD]jango-{version}.tar.gz"))
     with tarfile.open(archive) as tar:
-        tar.extractall(CACHE)
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+            tar.extractall(CACHE, filter="data")
+        else:  # pragma: no cover - older Pythons: Django's own archive from PyPI
+            tar.extractall(CACHE)
     return target
 
 

@@ -214,13 +214,14 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         if self.litegate_read_only:
             self.cursor().execute("BEGIN DEFERRED")  # a snapshot; no gate
             return
-        if self.litegate_gate is None or self.transaction_mode == "DEFERRED":
+        # transaction_mode exists from Django 5.1 on; before, BEGIN is DEFERRED.
+        mode = getattr(self, "transaction_mode", None)
+        if self.litegate_gate is None or mode == "DEFERRED":
             super()._start_transaction_under_autocommit()
             return
         self.litegate_take_gate()
         try:
-            mode = self.transaction_mode or "IMMEDIATE"
-            self.cursor().execute(f"BEGIN {mode}")
+            self.cursor().execute(f"BEGIN {mode or 'IMMEDIATE'}")
         except BaseException:
             self.litegate_give_gate()
             raise
