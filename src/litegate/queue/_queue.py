@@ -48,7 +48,68 @@ def open_db(db: Any, what: str) -> tuple[Any, bool]:
     return db, False
 
 
-class Queue:
+class QueueFace:
+    """What the sync and the asyncio queue share beyond the logic in
+    :class:`Core`: the counters, the claim waker, :meth:`wake`, ``repr``,
+    and the bookkeeping after each call (one place, so the faces agree)."""
+
+    KIND = "litegate.queue.Queue"
+
+    def _setup(
+        self, name: str, path: str, retry_base: float, retry_max: float, poll: float
+    ) -> None:
+        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
+        self._waker = Waker(path, _seconds("poll", poll, zero_ok=False))
+        self._path = path
+        self.name = name
+        self.stats_counters = Stats()
+        self._closed = False
+        self._interrupts = 0  # wake() counts up; waiting claims compare
+
+    def __repr__(self) -> str:
+        c = self.stats_counters.as_dict()
+        return (
+            f"<{self.KIND} {self.name!r} db={self._path!r} put={c['put']} "
+            f"claimed={c['claimed']} acked={c['acked']} failed={c['failed']} "
+            f"waiting_claimers={self._waker.waiting}>"
+        )
+
+    def wake(self) -> None:
+        """Make every ``claim(wait=...)`` now waiting on this object return at
+        once (with ``[]`` if there is no work): to stop a worker promptly."""
+        self._interrupts += 1
+        self._waker.notify()
+
+    # -- bookkeeping after a call (counters, and waking claimers of this process)
+    def _made_ready(self, counter: str | None, n: int) -> None:
+        """``n`` jobs became claimable (put, released, revived): count them
+        under ``counter`` (if any) and wake this process's waiting claimers."""
+        if counter is not None:
+            self.stats_counters.add(counter, n)
+        if n:
+            self._waker.notify()
+
+    def _failed(self, state: str) -> None:
+        self.stats_counters.add("failed", 1)
+        if state == "dead":
+            self.stats_counters.add("dead", 1)
+        elif state == "ready":
+            self._waker.notify()
+
+    def _count_lost(self, exc: LeaseLost) -> None:
+        self.stats_counters.add("lease_lost", len(exc.job_ids))
+
+    def _stats(self, counts: dict[str, int], db: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "counters": self.stats_counters.as_dict(),
+            "counts": counts,
+            "waiting_claimers": self._waker.waiting,
+            "db": db,
+        }
+
+
+class Queue(QueueFace):
     """A durable job queue named ``name`` in a litegate database.
 
     ``db`` is a :class:`litegate.Database` or a path (then the queue opens
@@ -74,14 +135,13 @@ class Queue:
         retry_max: float = 600.0,
         poll: float = DEFAULT_POLL,
     ) -> None:
-        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
-        poll = _seconds("poll", poll, zero_ok=False)
         self.db, self._owns_db = open_db(db, "Queue")
-        self.name = name
-        self.stats_counters = Stats()
-        self._waker = Waker(self.db.path, poll)
-        self._closed = False
-        self._interrupts = 0  # wake() counts up; waiting claims compare
+        try:
+            self._setup(name, self.db.path, retry_base, retry_max, poll)
+        except BaseException:
+            if self._owns_db:
+                self.db.close()
+            raise
         try:
             self.db.transact(sql.create_schema)
         except BaseException:
@@ -92,13 +152,12 @@ class Queue:
     def _run(self, step: Step[Any]) -> Any:
         return drive(step, self.db.transact, self.db.query)
 
-    def __repr__(self) -> str:
-        c = self.stats_counters.as_dict()
-        return (
-            f"<litegate.queue.Queue {self.name!r} db={self.db.path!r} put={c['put']} "
-            f"claimed={c['claimed']} acked={c['acked']} failed={c['failed']} "
-            f"waiting_claimers={self._waker.waiting}>"
-        )
+    def _counting_lost(self, step: Step[Any]) -> Any:
+        try:
+            return self._run(step)
+        except LeaseLost as exc:
+            self._count_lost(exc)
+            raise
 
     # -- putting ------------------------------------------------------------------
     def put(
@@ -116,8 +175,7 @@ class Queue:
         another ``put`` with it raises :class:`DuplicateJob`.
         """
         jid: int = self._run(self._core.put(payload, priority, delay, max_attempts, key))
-        self.stats_counters.add("put", 1)
-        self._waker.notify()
+        self._made_ready("put", 1)
         return jid
 
     def put_many(
@@ -129,9 +187,7 @@ class Queue:
     ) -> list[int]:
         """Store several jobs in one transaction; return their ids in order."""
         ids: list[int] = self._run(self._core.put_many(payloads, priority, delay, max_attempts))
-        self.stats_counters.add("put", len(ids))
-        if ids:
-            self._waker.notify()
+        self._made_ready("put", len(ids))
         return ids
 
     # -- claiming -----------------------------------------------------------------
@@ -169,12 +225,6 @@ class Queue:
         self.stats_counters.add("claimed", len(jobs))
         return jobs
 
-    def wake(self) -> None:
-        """Make every ``claim(wait=...)`` now waiting on this object return at
-        once (with ``[]`` if there is no work): to stop a worker promptly."""
-        self._interrupts += 1
-        self._waker.notify()
-
     # -- finishing ----------------------------------------------------------------
     def ack(self, job: Job) -> None:
         """Mark the job done. :class:`LeaseLost` (and nothing changed) if this
@@ -185,27 +235,15 @@ class Queue:
         """Mark jobs done in one transaction. Jobs no longer held are left
         alone and reported in one :class:`LeaseLost` (``.job_ids``) after the
         others are committed."""
-        try:
-            self.stats_counters.add("acked", self._run(self._core.ack(jobs)))
-        except Exception as exc:
-            self._count_lost(exc)
-            raise
+        self.stats_counters.add("acked", self._counting_lost(self._core.ack(jobs)))
 
     def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
         """Record a failed attempt with its error. The job is retried after
         an exponential back-off (or ``retry_in`` seconds), or goes to the dead
         letters once ``max_attempts`` is reached. Returns the job's new state
         (``"scheduled"``, ``"ready"`` or ``"dead"``)."""
-        try:
-            state: str = self._run(self._core.fail(job, error, retry_in))
-        except Exception as exc:
-            self._count_lost(exc)
-            raise
-        self.stats_counters.add("failed", 1)
-        if state == "dead":
-            self.stats_counters.add("dead", 1)
-        elif state == "ready":
-            self._waker.notify()
+        state: str = self._counting_lost(self._core.fail(job, error, retry_in))
+        self._failed(state)
         return state
 
     def extend(self, job: Job, lease: float = 30.0) -> float:
@@ -216,29 +254,14 @@ class Queue:
     def extend_many(self, jobs: Iterable[Job], lease: float = 30.0) -> float:
         """``extend`` for several jobs in one transaction. Jobs no longer held
         are reported in one :class:`LeaseLost` after the others are extended."""
-        try:
-            until: float = self._run(self._core.extend(jobs, lease))
-        except Exception as exc:
-            self._count_lost(exc)
-            raise
+        until: float = self._counting_lost(self._core.extend(jobs, lease))
         return until
 
     def release(self, job: Job | Iterable[Job]) -> None:
         """Give back claimed jobs that were not started: they return to their
         place in the queue and the attempt is not counted."""
         jobs = [job] if isinstance(job, Job) else job
-        try:
-            n: int = self._run(self._core.release(jobs))
-        except Exception as exc:
-            self._count_lost(exc)
-            raise
-        self.stats_counters.add("released", n)
-        if n:
-            self._waker.notify()
-
-    def _count_lost(self, exc: BaseException) -> None:
-        if isinstance(exc, LeaseLost):
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
+        self._made_ready("released", self._counting_lost(self._core.release(jobs)))
 
     # -- looking ------------------------------------------------------------------
     def get(self, job_id: int) -> JobInfo:
@@ -262,8 +285,7 @@ class Queue:
         queue with fresh attempts; returns how many were revived. Unknown ids:
         :class:`JobNotFound`, and nothing is revived."""
         n: int = self._run(self._core.retry_dead(ids))
-        if n:
-            self._waker.notify()
+        self._made_ready(None, n)
         return n
 
     def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
@@ -275,13 +297,7 @@ class Queue:
 
     def stats(self) -> dict[str, Any]:
         """This object's counters, the queue's counts and the database's stats."""
-        return {
-            "queue": self.name,
-            "counters": self.stats_counters.as_dict(),
-            "counts": self.counts(),
-            "waiting_claimers": self._waker.waiting,
-            "db": self.db.stats(),
-        }
+        return self._stats(self.counts(), self.db.stats())
 
     # -- closing ------------------------------------------------------------------
     def close(self) -> None:

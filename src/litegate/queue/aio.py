@@ -30,19 +30,20 @@ from .._errors import ConfigError
 from ..aio import AsyncDatabase
 from ..aio import connect as _aio_connect
 from . import _sqlite as sql
-from ._core import Core, Job, JobInfo, Query, Step, Tx, _seconds
+from ._core import Job, JobInfo, Query, Step, Tx, _seconds
 from ._errors import LeaseLost
-from ._queue import DEFAULT_POLL, Stats
-from ._waker import Waker
+from ._queue import DEFAULT_POLL, QueueFace
 
 __all__ = ["Queue"]
 
 
-class Queue:
+class Queue(QueueFace):
     """The asyncio face of :class:`litegate.queue.Queue` (same arguments and
     guarantees). ``db`` is a :class:`litegate.aio.AsyncDatabase` (or a sync
     :class:`litegate.Database`, which it wraps); to open a path, use
     ``await Queue.open(path, name)``. Tables are created on first use."""
+
+    KIND = "litegate.queue.aio.Queue"
 
     def __init__(
         self,
@@ -53,8 +54,6 @@ class Queue:
         retry_max: float = 600.0,
         poll: float = DEFAULT_POLL,
     ) -> None:
-        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
-        poll = _seconds("poll", poll, zero_ok=False)
         if isinstance(db, Database):
             db = AsyncDatabase(db)
         if not isinstance(db, AsyncDatabase):
@@ -63,13 +62,9 @@ class Queue:
                 f"; to open a path use 'await aio.Queue.open(path)'. Got {db!r}"
             )
         self.db = db
-        self.name = name
-        self.stats_counters = Stats()
-        self._waker = Waker(db.sync.path, poll)
+        self._setup(name, db.sync.path, retry_base, retry_max, poll)
         self._owns_db = False
         self._schema_ready = False
-        self._closed = False
-        self._interrupts = 0
         self._background: set[asyncio.Task[None]] = set()  # releases after a cancel
 
     @classmethod
@@ -113,14 +108,6 @@ class Queue:
         except StopIteration as stop:
             return stop.value
 
-    def __repr__(self) -> str:
-        c = self.stats_counters.as_dict()
-        return (
-            f"<litegate.queue.aio.Queue {self.name!r} db={self.db.sync.path!r} put={c['put']} "
-            f"claimed={c['claimed']} acked={c['acked']} failed={c['failed']} "
-            f"waiting_claimers={self._waker.waiting}>"
-        )
-
     # -- putting ------------------------------------------------------------------
     async def put(
         self,
@@ -131,8 +118,7 @@ class Queue:
         key: str | None = None,
     ) -> int:
         jid: int = await self._run(self._core.put(payload, priority, delay, max_attempts, key))
-        self.stats_counters.add("put", 1)
-        self._waker.notify()
+        self._made_ready("put", 1)
         return jid
 
     async def put_many(
@@ -145,9 +131,7 @@ class Queue:
         ids: list[int] = await self._run(
             self._core.put_many(payloads, priority, delay, max_attempts)
         )
-        self.stats_counters.add("put", len(ids))
-        if ids:
-            self._waker.notify()
+        self._made_ready("put", len(ids))
         return ids
 
     # -- claiming -----------------------------------------------------------------
@@ -202,12 +186,6 @@ class Queue:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def wake(self) -> None:
-        """Make every ``claim(wait=...)`` now waiting on this object return at
-        once (with ``[]`` if there is no work)."""
-        self._interrupts += 1
-        self._waker.notify()
-
     # -- finishing ----------------------------------------------------------------
     async def ack(self, job: Job) -> None:
         await self.ack_many([job])
@@ -218,11 +196,7 @@ class Queue:
 
     async def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
         state: str = await self._counting_lost(self._core.fail(job, error, retry_in))
-        self.stats_counters.add("failed", 1)
-        if state == "dead":
-            self.stats_counters.add("dead", 1)
-        elif state == "ready":
-            self._waker.notify()
+        self._failed(state)
         return state
 
     async def extend(self, job: Job, lease: float = 30.0) -> float:
@@ -234,16 +208,13 @@ class Queue:
 
     async def release(self, job: Job | Iterable[Job]) -> None:
         jobs = [job] if isinstance(job, Job) else job
-        n: int = await self._counting_lost(self._core.release(jobs))
-        self.stats_counters.add("released", n)
-        if n:
-            self._waker.notify()
+        self._made_ready("released", await self._counting_lost(self._core.release(jobs)))
 
     async def _counting_lost(self, step: Step[Any]) -> Any:
         try:
             return await self._run(step)
         except LeaseLost as exc:
-            self.stats_counters.add("lease_lost", len(exc.job_ids))
+            self._count_lost(exc)
             raise
 
     # -- looking ------------------------------------------------------------------
@@ -261,8 +232,7 @@ class Queue:
 
     async def retry_dead(self, ids: Iterable[int] | None = None) -> int:
         n: int = await self._run(self._core.retry_dead(ids))
-        if n:
-            self._waker.notify()
+        self._made_ready(None, n)
         return n
 
     async def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
@@ -270,13 +240,7 @@ class Queue:
         return n
 
     async def stats(self) -> dict[str, Any]:
-        return {
-            "queue": self.name,
-            "counters": self.stats_counters.as_dict(),
-            "counts": await self.counts(),
-            "waiting_claimers": self._waker.waiting,
-            "db": self.db.stats(),
-        }
+        return self._stats(await self.counts(), self.db.stats())
 
     # -- closing ------------------------------------------------------------------
     async def close(self) -> None:
