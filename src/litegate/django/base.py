@@ -107,10 +107,13 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
         if w.litegate_gate is None or self.connection.in_transaction or not _needs_gate(query):
             return run(query, params)
         w.litegate_take_gate()
+        committed = False
         try:
-            return run(query, params)
+            result = run(query, params)
+            committed = True  # autocommit: the statement was its own transaction
+            return result
         finally:
-            w.litegate_give_gate()
+            w.litegate_give_gate(committed)
 
 
 class DatabaseWrapper(sqlite_base.DatabaseWrapper):
@@ -202,13 +205,16 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             )
         self.litegate_held = True
 
-    def litegate_give_gate(self) -> None:
+    def litegate_give_gate(self, committed: bool = False) -> None:
+        """Give the gate back if held; ``committed``: a COMMIT happened in
+        this turn (it counts towards the file's next checkpoint)."""
         if self.litegate_held:
             self.litegate_held = False
             gate = self.litegate_gate
             assert gate is not None
             gate.release()
-            gate.committed()
+            if committed:
+                gate.committed()
 
     def _start_transaction_under_autocommit(self) -> None:
         if self.litegate_read_only:
@@ -227,11 +233,13 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             raise
 
     def _commit(self) -> None:
+        committed = False
         try:
             super()._commit()
+            committed = True
         finally:
             if self.connection is None or not self.connection.in_transaction:
-                self.litegate_give_gate()
+                self.litegate_give_gate(committed)
 
     def _rollback(self) -> None:
         try:

@@ -199,14 +199,13 @@ _ACK_BATCH = (
 
 
 def ack(conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
-    """Mark done the jobs still held under these (id, token) pairs; return
-    the ids that were not (the lost ones)."""
+    """Mark done the jobs still held under these (id, token) pairs (each pair
+    once: the caller dedupes); return the ids that were not (the lost ones)."""
     if len(owned) == 1:
         jid, token = owned[0]
         return [] if conn.execute(_ACK, (now, jid, token)).rowcount == 1 else [jid]
     # Jobs claimed together share a token: one statement per token, the ids
     # as a JSON array, instead of one bound statement per job.
-    owned = list(dict.fromkeys(owned))  # the same job twice is acked once
     by_token: dict[int, list[int]] = {}
     for jid, token in owned:
         by_token.setdefault(token, []).append(jid)
