@@ -116,13 +116,19 @@ def run(engine: str, labels: list[str], parallel: int, src: Path) -> tuple[set[s
     return {m[1] for m in _RESULT.findall(out)}, summary, elapsed
 
 
+def _label(test_id: str) -> str:
+    """``"test_x (app.tests.Case.test_x)"`` → ``"app.tests.Case.test_x"``."""
+    m = re.search(r"\(([\w.]+)\)", test_id)  # the first group; a subtest's params follow
+    return m.group(1) if m else test_id
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--labels", help="comma-separated test labels (default: issue 8's set)")
     p.add_argument("--all", action="store_true", help="Django's whole suite")
-    p.add_argument("--parallel", type=int, default=1, help="Django's --parallel (default 1)")
+    p.add_argument("--parallel", type=int, default=2, help="Django's --parallel (default 2)")
     args = p.parse_args(argv)
     labels = [] if args.all else (args.labels.split(",") if args.labels else LABELS)
     src = django_source()
@@ -138,6 +144,21 @@ def main(argv: list[str] | None = None) -> int:
     stock, ours = results["django.db.backends.sqlite3"], results["litegate.django"]
     expected = sorted(ours & set(EXPECTED))
     extra = sorted(ours - stock - set(EXPECTED))
+    if extra and args.parallel > 1:
+        # Which worker runs which test class is a race in Django's parallel
+        # runner, and some of Django's tests depend on what ran before them
+        # in the same worker (backends.sqlite.tests.ThreadSharing closes the
+        # worker's connection when it is the first test there, and the
+        # tests after it fail, with either engine). So a failure seen with
+        # litegate only is run again, alone and serially, on both engines.
+        again = [_label(t) for t in extra]
+        print(f"running {len(extra)} litegate-only failure(s) again, serially, on both engines")
+        stock_again, _, _ = run("django.db.backends.sqlite3", again, 1, src)
+        ours_again, _, _ = run("litegate.django", again, 1, src)
+        order = [t for t in extra if t not in ours_again or t in stock_again]
+        for t in order:
+            print(f"  order-dependent (passes when run alone, or fails with both): {t}")
+        extra = [t for t in extra if t in ours_again and t not in stock_again]
     fixed = sorted(stock - ours)
     for t in expected:
         print(f"  expected failure: {t}: {EXPECTED[t]}")
