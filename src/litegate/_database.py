@@ -27,7 +27,7 @@ from ._errors import (
     WriteTimeout,
 )
 from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
-from ._gate import FileGate
+from ._gate import FileGate, drop_after_fork
 from ._profiles import PragmaValue
 from ._stats import WaitHistogram
 
@@ -46,17 +46,8 @@ class WriteResult(NamedTuple):
     rows: list[Any]  # rows of a ``RETURNING`` clause, else []
 
 
-# After fork() the child gets copies of the parent's connections. It must not
-# use them, and it must drop them: SQLite keeps per-file lock bookkeeping in
-# process memory, and live copies would make the child's own new connections
-# believe they hold locks the kernel never gave them. Closing a copy in the
-# child is safe (POSIX locks are not inherited, so unlocking touches none of
-# the parent's; the WAL clean-up on close needs an exclusive lock the parent's
-# shared lock denies). That holds for connections that were idle and for those
-# of the thread that called fork(), which cannot be inside SQLite at that
-# moment. A copy that another thread was using may be mid-call with its mutex
-# held forever: closing it would hang, so it is parked here, never closed.
-_FORK_ORPHANS: list[object] = []
+# After fork() the child gets copies of the parent's connections: see
+# _gate.drop_after_fork.
 _LIVE: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
@@ -202,13 +193,7 @@ class Database:
         if state.writer is not None and state.writer_owner in (None, me):
             safe.add(id(state.writer))
         for conn in state.connections:
-            if id(conn) in safe:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    _FORK_ORPHANS.append(conn)
-            else:
-                _FORK_ORPHANS.append(conn)
+            drop_after_fork(conn, idle=id(conn) in safe)
 
     # -- opening connections ---------------------------------------------
     def _open_writer(self, state: _ProcessState) -> sqlite3.Connection:

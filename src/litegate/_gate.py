@@ -37,25 +37,41 @@ _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
 
 
+def drop_after_fork(conn: sqlite3.Connection, idle: bool) -> None:
+    """In a forked child, let go of a connection copied from the parent.
+
+    It must not be used, and an idle copy must be closed: SQLite keeps
+    per-file lock bookkeeping in process memory, and a live copy would make
+    the child's own new connections believe they hold locks the kernel never
+    gave them. Closing a copy in the child is safe (POSIX locks are not
+    inherited, so unlocking touches none of the parent's; the WAL clean-up on
+    close needs an exclusive lock the parent's shared lock denies). ``idle``:
+    no thread was inside SQLite with it at the fork (it was idle, or it
+    belonged to the thread that called fork()). A copy that another thread
+    was using may be mid-call with its mutex held forever: closing it would
+    hang, so it is parked, never closed.
+    """
+    if idle:
+        try:
+            conn.close()
+            return
+        except sqlite3.Error:
+            pass
+    _FORK_ORPHANS.append(conn)
+
+
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
     for gate in list(_REGISTRY.values()):
         gate.plock.forget_after_fork()
         ckpt, gate._ckpt = gate._ckpt, None
-        conn = None if ckpt is None else ckpt.conn
-        if conn is not None:
-            if ckpt is not None and not ckpt.busy:
-                try:
-                    conn.close()  # see _database.py: closing an idle copy is safe
-                except sqlite3.Error:
-                    _FORK_ORPHANS.append(conn)
-            else:  # mid-call in a thread that does not exist here: never touch it
-                _FORK_ORPHANS.append(conn)
+        if ckpt is not None and ckpt.conn is not None:
+            drop_after_fork(ckpt.conn, idle=not ckpt.busy)
     _REGISTRY.clear()
 
 
-_FORK_ORPHANS: list[object] = []
+_FORK_ORPHANS: list[sqlite3.Connection] = []
 
 
 if hasattr(os, "register_at_fork"):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,7 +27,7 @@ from django.db.utils import OperationalError
 
 from .. import _profiles
 from .._errors import ConfigError, Error, WriteTimeout
-from .._gate import FileGate
+from .._gate import FileGate, drop_after_fork
 from .creation import DatabaseCreation
 
 
@@ -116,13 +118,33 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
             w.litegate_give_gate(committed)
 
 
+# Every wrapper of this process, for the fork hook below.
+_WRAPPERS: weakref.WeakSet[DatabaseWrapper] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """gunicorn --preload and friends: a child starts with the parent's
+    wrappers (Django keeps them per thread). Their SQLite connections and
+    gates are the parent's; each wrapper lets go of them, and opens its own
+    on next use, as if Django had closed it."""
+    me = threading.get_ident()  # the forking thread keeps its ident in the child
+    for wrapper in list(_WRAPPERS):
+        wrapper.litegate_forget_parent(me)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DatabaseWrapper(sqlite_base.DatabaseWrapper):
     """Django's SQLite ``DatabaseWrapper`` with litegate's write gate."""
 
     creation_class = DatabaseCreation
+    connection: Any  # Django's: the sqlite3 connection, None while closed
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        _WRAPPERS.add(self)
         self.litegate_gate: FileGate | None = None  # None: in-memory, no gate needed
         self.litegate_held = False
         self.litegate_read_only = False  # inside read_only(): no gate, writes refused
@@ -247,6 +269,21 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         finally:
             if self.connection is None or not self.connection.in_transaction:
                 self.litegate_give_gate()
+
+    def litegate_forget_parent(self, forking_thread: int) -> None:
+        """In a forked child: drop the parent's connection (closed if the
+        forking thread owned it, else parked: another thread may have been
+        inside SQLite with it) and its gate, without touching either's locks.
+        Django opens a fresh connection on next use."""
+        conn: Any = self.connection
+        self.connection = None
+        self.litegate_gate = None  # the parent's; the registry forgot it already
+        self.litegate_held = False
+        if conn is not None:
+            drop_after_fork(conn, idle=self._thread_ident == forking_thread)
+        if self.in_atomic_block:  # forked mid-transaction: nothing of it is ours
+            self.needs_rollback = True
+            self.closed_in_transaction = True
 
     def _close(self) -> None:
         """The SQLite connection closes: its gate turn (if any) and its use

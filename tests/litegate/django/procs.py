@@ -20,6 +20,19 @@ def read_then_write(db: str, engine: str, threads: int, seconds: float) -> tuple
     """atomic(): read the counter, then write it, as Django code does.
     Returns (transactions committed, errors)."""
     setup(db, engine)
+    return _read_then_write(threads, seconds)
+
+
+def forked_read_then_write(threads: int, seconds: float) -> tuple[bool, int, int]:
+    """In a forked child of a process whose Django connection was open:
+    (was the parent's connection dropped at the fork, committed, errors)."""
+    from django.db import connection
+
+    dropped = connection.connection is None and connection.litegate_gate is None
+    return (dropped, *_read_then_write(threads, seconds))
+
+
+def _read_then_write(threads: int, seconds: float) -> tuple[int, int]:
     from django.db import connection, transaction
 
     from tests.litegate.django.testapp.models import Counter
