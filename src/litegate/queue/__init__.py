@@ -17,13 +17,14 @@ gate (no "database is locked"), and calls from many threads share commits.
 runs a function over a queue. See the README's Queue section.
 """
 
-from ._core import STATES, Job, JobInfo
+from ._core import STATES, Also, Job, JobInfo
 from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError, QueueError
-from ._queue import Queue
+from ._queue import Queue, put_on
 from ._worker import HandlerError, Worker, pass_job
 
 __all__ = [
     "STATES",
+    "Also",
     "DuplicateJob",
     "HandlerError",
     "Job",
@@ -35,4 +36,5 @@ __all__ = [
     "QueueError",
     "Worker",
     "pass_job",
+    "put_on",
 ]

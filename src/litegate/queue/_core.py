@@ -55,6 +55,13 @@ class Query(NamedTuple):
 
 Step = Generator[Tx | Query, Any, R]
 
+Also = Callable[[Any, list[int]], None]
+"""``also(conn, job_ids)``: more SQL of the caller's, run in the same
+transaction as a claim or an ack, after it, on the store's connection, with
+the ids that were claimed or acked (never called with none). The gate is
+held while it runs: keep it to a few statements. If it raises, the claim or
+ack is rolled back with it."""
+
 
 @dataclass(slots=True, eq=False)
 class Job:
@@ -254,15 +261,14 @@ class Core:
         return ids
 
     # -- claiming -----------------------------------------------------------------
-    def claim(self, n: int, lease: float) -> Step[list[Job]]:
+    def claim(self, n: int, lease: float, also: Also | None = None) -> Step[list[Job]]:
         """Up to ``n`` due jobs, leased for ``lease`` seconds."""
         n = _whole("n", n, minimum=1)
         lease = _seconds("lease", lease, zero_ok=False)
         # One token per claim: (id, token) is what proves ownership later.
         token = secrets.randbits(63)
-        rows, until = yield Tx(
-            partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
-        )
+        claim = partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
+        rows, until = yield Tx(claim if also is None else partial(_claim_also, claim, also))
         if not rows:
             return []
         name = self.name
@@ -281,12 +287,13 @@ class Core:
         return None if due is None else float(due)
 
     # -- finishing ------------------------------------------------------------
-    def ack(self, jobs: Iterable[Job]) -> Step[int]:
+    def ack(self, jobs: Iterable[Job], also: Also | None = None) -> Step[int]:
         todo = _check_jobs(jobs, "ack")
         if not todo:
             return 0
         owned = list(dict.fromkeys((j.id, j.token) for j in todo))
-        lost: list[int] = yield Tx(partial(self.store.ack, now=time.time(), owned=owned))
+        ack = partial(self.store.ack, now=time.time(), owned=owned)
+        lost: list[int] = yield Tx(ack if also is None else partial(_ack_also, ack, owned, also))
         if lost:
             done = len(owned) - len(lost)
             raise LeaseLost(
@@ -436,6 +443,24 @@ class Core:
                 if n == 0:  # (a short chunk may only have skipped the newest row)
                     break
         return total
+
+
+def _claim_also(claim: Callable[..., Any], also: Also, conn: Any) -> Any:
+    rows, until = claim(conn)
+    if rows:
+        also(conn, [r[0] for r in rows])
+    return rows, until
+
+
+def _ack_also(
+    ack: Callable[..., list[int]], owned: list[tuple[int, int]], also: Also, conn: Any
+) -> list[int]:
+    lost = ack(conn)
+    gone = set(lost)
+    acked = [jid for jid, _ in owned if jid not in gone]
+    if acked:
+        also(conn, acked)
+    return lost
 
 
 def _ids(ids: Sequence[int]) -> str:

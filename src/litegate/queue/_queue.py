@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterable
@@ -11,7 +12,7 @@ from typing import Any
 from .._database import Database, connect
 from .._errors import ConfigError
 from . import _sqlite as sql
-from ._core import Core, Job, JobInfo, Step, _seconds, drive
+from ._core import Also, Core, Job, JobInfo, Step, _seconds, drive
 from ._errors import LeaseLost
 from ._waker import Waker
 
@@ -191,18 +192,21 @@ class Queue(QueueFace):
         return ids
 
     # -- claiming -----------------------------------------------------------------
-    def claim(self, n: int = 1, lease: float = 30.0, wait: float = 0.0) -> list[Job]:
+    def claim(
+        self, n: int = 1, lease: float = 30.0, wait: float = 0.0, *, also: Also | None = None
+    ) -> list[Job]:
         """Lease up to ``n`` due jobs: highest priority first, then oldest.
 
         Each job is this worker's until ``job.lease_until``; then it goes back
         to the queue (or to the dead letters if its attempts are used up).
         ``wait``: block up to this many seconds for work; returns ``[]`` if
-        none came, or at once after :meth:`wake`.
+        none came, or at once after :meth:`wake`. ``also(conn, job_ids)``:
+        SQL of yours in the claim's transaction (see ``litegate.queue.Also``).
         """
         wait = _seconds("wait", wait, zero_ok=True)
         deadline = time.monotonic() + wait
         interrupts = self._interrupts
-        jobs: list[Job] = self._run(self._core.claim(n, lease))
+        jobs: list[Job] = self._run(self._core.claim(n, lease, also))
         while not jobs:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._interrupts != interrupts:
@@ -221,7 +225,7 @@ class Queue(QueueFace):
                     continue
             finally:
                 self._waker.discard(woken.set)
-            jobs = self._run(self._core.claim(n, lease))
+            jobs = self._run(self._core.claim(n, lease, also))
         self.stats_counters.add("claimed", len(jobs))
         return jobs
 
@@ -231,11 +235,12 @@ class Queue(QueueFace):
         worker no longer holds it."""
         self.ack_many([job])
 
-    def ack_many(self, jobs: Iterable[Job]) -> None:
+    def ack_many(self, jobs: Iterable[Job], *, also: Also | None = None) -> None:
         """Mark jobs done in one transaction. Jobs no longer held are left
         alone and reported in one :class:`LeaseLost` (``.job_ids``) after the
-        others are committed."""
-        self.stats_counters.add("acked", self._counting_lost(self._core.ack(jobs)))
+        others are committed. ``also(conn, acked_ids)``: SQL of yours in the
+        same transaction (a job's result, say)."""
+        self.stats_counters.add("acked", self._counting_lost(self._core.ack(jobs, also)))
 
     def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
         """Record a failed attempt with its error. The job is retried after
@@ -314,3 +319,44 @@ class Queue(QueueFace):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def put_on(
+    conn: sqlite3.Connection,
+    payload: Any,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    delay: float = 0.0,
+    max_attempts: int = 5,
+    key: str | None = None,
+) -> int:
+    """Store a job with a ``sqlite3`` connection of your own, inside the
+    transaction it has open: the job commits, or rolls back, with the rest
+    of that transaction (an order and the job that emails it, say). Returns
+    the job's id. Outside a transaction the insert commits by itself.
+
+    Nothing waits here for a write gate beyond the one your transaction
+    holds; litegate's Django backend uses this to enqueue inside
+    ``atomic()``. Claimers in other connections see the job once it commits.
+    Same arguments and errors as :meth:`Queue.put`.
+    """
+    step = Core(queue, retry_base=1.0, retry_max=1.0).put(
+        payload, priority, delay, max_attempts, key
+    )
+
+    def transact(fn: Any) -> Any:
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            sql.create_schema(conn)  # first job in this file: the tables, then again
+            return fn(conn)
+
+    jid: int = drive(step, transact, _no_reads)
+    return jid
+
+
+def _no_reads(*_args: Any) -> Any:  # pragma: no cover - put issues no reads
+    raise AssertionError("put_on runs no read queries")

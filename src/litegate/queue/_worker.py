@@ -30,6 +30,7 @@ worker runs them again.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import importlib
 import inspect
 import logging
@@ -44,7 +45,7 @@ from typing import Any, TypeVar
 
 from .._database import Database
 from .._errors import ConfigError
-from ._core import Job, _seconds, _whole
+from ._core import Also, Job, _seconds, _whole
 from ._errors import LeaseLost, QueueError
 from ._queue import Queue
 
@@ -188,14 +189,25 @@ def _summary(exc: BaseException) -> str:
     return format_error(exc).split("\n", 1)[0]
 
 
+def _pass_values(
+    on_ack: Callable[[Any, list[tuple[Job, Any]]], None],
+    batch: list[_Held],
+    conn: Any,
+    acked: list[int],
+) -> None:
+    ids = set(acked)
+    on_ack(conn, [(h.job, h.value) for h in batch if h.job.id in ids])
+
+
 class _Held:
     """A job this worker holds, and what it is doing with it."""
 
-    __slots__ = ("job", "state")
+    __slots__ = ("job", "state", "value")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.state = _PENDING
+        self.value: Any = None  # what the handler returned
 
 
 _COUNTERS = (
@@ -241,6 +253,11 @@ class Worker:
       it is also how long a stop may wait for a claim in flight.
     - ``ack_delay``: finished jobs are collected this long, then acked in one
       transaction.
+    - ``on_claim(conn, job_ids)`` and ``on_ack(conn, [(job, value), ...])``:
+      SQL of yours run inside the claim's and the ack's transactions (what
+      the handler returned is ``value``): records that must change exactly
+      when the job does, such as a result table. The gate is held while
+      they run; if one raises, that claim or ack is rolled back and retried.
 
     Thread-safe: :meth:`stop` and :meth:`stats` may be called from any thread,
     and :meth:`stop` from a signal handler.
@@ -263,6 +280,8 @@ class Worker:
         ack_delay: float = 0.005,
         retry_base: float | None = None,
         retry_max: float | None = None,
+        on_claim: Also | None = None,
+        on_ack: Callable[[Any, list[tuple[Job, Any]]], None] | None = None,
     ) -> None:
         if isinstance(handler, str):
             handler = load_handler(handler)
@@ -291,6 +310,8 @@ class Worker:
         self._burst = bool(burst)
         self._idle_wait = _seconds("idle_wait", idle_wait, zero_ok=False)
         self._ack_delay = _seconds("ack_delay", ack_delay, zero_ok=True)
+        self._on_claim = on_claim
+        self._on_ack = on_ack
 
         if isinstance(queue, Queue):
             if retry_base is not None or retry_max is not None:
@@ -538,7 +559,7 @@ class Worker:
                 n = self._free()
             try:
                 wait = 0.0 if quick else self._idle_wait
-                jobs = self._queue.claim(n=n, lease=self._lease, wait=wait)
+                jobs = self._queue.claim(n=n, lease=self._lease, wait=wait, also=self._on_claim)
             except Exception as exc:
                 if self._exiting:
                     return
@@ -640,7 +661,8 @@ class Worker:
             try:
                 result = self._handler(h.job if self._pass_job else h.job.payload)
                 if inspect.isawaitable(result):
-                    self._await(result)
+                    result = self._await(result)
+                h.value = result
             except BaseException as exc:  # the job's failure, whatever it is
                 error = exc
             self._finish(h, error)
@@ -773,7 +795,10 @@ class Worker:
     def _ack(self, batch: list[_Held]) -> bool:
         lost: set[int] = set()
         try:
-            self._queue.ack_many([h.job for h in batch])
+            also = None
+            if self._on_ack is not None:
+                also = functools.partial(_pass_values, self._on_ack, batch)
+            self._queue.ack_many([h.job for h in batch], also=also)
         except LeaseLost as exc:
             lost = set(exc.job_ids)
             log.warning(

@@ -30,7 +30,7 @@ from .._errors import ConfigError
 from ..aio import AsyncDatabase
 from ..aio import connect as _aio_connect
 from . import _sqlite as sql
-from ._core import Job, JobInfo, Query, Step, Tx, _seconds
+from ._core import Also, Job, JobInfo, Query, Step, Tx, _seconds
 from ._errors import LeaseLost
 from ._queue import DEFAULT_POLL, QueueFace
 
@@ -135,12 +135,14 @@ class Queue(QueueFace):
         return ids
 
     # -- claiming -----------------------------------------------------------------
-    async def claim(self, n: int = 1, lease: float = 30.0, wait: float = 0.0) -> list[Job]:
+    async def claim(
+        self, n: int = 1, lease: float = 30.0, wait: float = 0.0, *, also: Also | None = None
+    ) -> list[Job]:
         wait = _seconds("wait", wait, zero_ok=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         interrupts = self._interrupts
-        jobs = await self._claim_once(n, lease)
+        jobs = await self._claim_once(n, lease, also)
         while not jobs:
             remaining = deadline - loop.time()
             if remaining <= 0 or self._interrupts != interrupts:
@@ -162,15 +164,15 @@ class Queue(QueueFace):
                     continue
             finally:
                 self._waker.discard(wake)
-            jobs = await self._claim_once(n, lease)
+            jobs = await self._claim_once(n, lease, also)
         self.stats_counters.add("claimed", len(jobs))
         return jobs
 
-    async def _claim_once(self, n: int, lease: float) -> list[Job]:
+    async def _claim_once(self, n: int, lease: float, also: Also | None) -> list[Job]:
         """One claim that a cancellation cannot lose: if the task is cancelled
         once the claim is on its way, the jobs it got go back to the queue
         (attempt not counted) instead of sitting leased to nobody."""
-        work = asyncio.ensure_future(self._run(self._core.claim(n, lease)))
+        work = asyncio.ensure_future(self._run(self._core.claim(n, lease, also)))
         try:
             jobs: list[Job] = await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -190,8 +192,8 @@ class Queue(QueueFace):
     async def ack(self, job: Job) -> None:
         await self.ack_many([job])
 
-    async def ack_many(self, jobs: Iterable[Job]) -> None:
-        n_acked = await self._counting_lost(self._core.ack(jobs))
+    async def ack_many(self, jobs: Iterable[Job], *, also: Also | None = None) -> None:
+        n_acked = await self._counting_lost(self._core.ack(jobs, also))
         self.stats_counters.add("acked", n_acked)
 
     async def fail(self, job: Job, error: str = "", retry_in: float | None = None) -> str:
