@@ -29,7 +29,7 @@ def test_put_on_commits_and_rolls_back_with_the_callers_transaction(db_path: str
     conn.close()
     with Queue(db_path, "mail") as q:
         jobs = q.claim(n=10)
-        assert [(j.id, j.payload, j.priority) for j in jobs][0] == (kept, {"order": 1}, 3)
+        assert (jobs[0].id, jobs[0].payload, jobs[0].priority) == (kept, {"order": 1}, 3)
         assert [j.payload for j in jobs] == [{"order": 1}, {"order": 3}]
 
 
