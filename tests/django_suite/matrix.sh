@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test-django-matrix: Django's own suite (issue 8's labels) on the other
 # supported Django versions, each in a venv of its own: Django 4.2 LTS on
-# python3 (3.11) and Django 6.x on Python 3.13. litegate comes from src/.
+# python3 (3.11) and Django 6.x on Python 3.13; then the backend's own tests
+# (tests/litegate/django) on each. litegate comes from src/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,8 +27,11 @@ run_leg() {  # name, python, Django requirement
         "$venv/bin/python" -m pip install --quiet --upgrade pip
         "$venv/bin/python" -m pip install --quiet "$req"
     fi
+    # the backend's own tests too (tasks backend, gunicorn --preload, processes)
+    "$venv/bin/python" -m pip install --quiet pytest pytest-timeout "gunicorn>=22" "django-tasks>=0.9"
     echo "== $name: $("$venv/bin/python" -c 'import sys, django; print("Django", django.get_version(), "on Python", sys.version.split()[0])')"
     "$venv/bin/python" tests/django_suite/run.py
+    PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/litegate/django
 }
 
 status=0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import Error
-from ._worker import Worker, load_handler
+from ._worker import HandlerError, Worker, load_handler
 
 log = logging.getLogger("litegate.worker")
 
@@ -72,6 +72,7 @@ examples:
   litegate worker myapp.tasks:send_email --db app.db --queue emails --concurrency 8
   litegate worker myapp.tasks:resize --db app.db --processes 4 --lease 120 --json
   litegate worker myapp.tasks:nightly --db app.db --burst     # until the queue is empty
+  litegate worker --django --settings mysite.settings --queue default --concurrency 4
 """
 
 
@@ -84,12 +85,31 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "handler",
+        nargs="?",
         metavar="MODULE:FUNCTION",
         help="the function to run, e.g. myapp.tasks:send_email (imported from the current "
-        "directory or PYTHONPATH)",
+        "directory or PYTHONPATH); not with --django",
     )
-    p.add_argument("--db", required=True, metavar="PATH", help="the SQLite database file")
+    p.add_argument("--db", metavar="PATH", help="the SQLite database file; not with --django")
     p.add_argument("--queue", default="default", metavar="NAME", help='queue name ("default")')
+    p.add_argument(
+        "--django",
+        action="store_true",
+        help="run the tasks of Django's tasks API (TASKS backend "
+        "litegate.django.tasks.TaskBackend) instead of a function; Django's settings come from "
+        "--settings or DJANGO_SETTINGS_MODULE",
+    )
+    p.add_argument(
+        "--settings",
+        metavar="MODULE",
+        help="with --django: the settings module (else DJANGO_SETTINGS_MODULE)",
+    )
+    p.add_argument(
+        "--backend",
+        default="default",
+        metavar="ALIAS",
+        help='with --django: the TASKS alias ("default")',
+    )
     p.add_argument(
         "--concurrency",
         type=int,
@@ -184,11 +204,18 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     _ensure_import_path()
     if args.processes < 1:
         return _usage_error(f"--processes must be at least 1, got {args.processes}")
+    if args.django:
+        if args.handler or args.db:
+            return _usage_error(
+                "--django runs the tasks of Django's TASKS setting: drop MODULE:FUNCTION and "
+                "--db (the database is the tasks backend's)"
+            )
+    elif not args.handler or not args.db:
+        return _usage_error("give MODULE:FUNCTION and --db PATH (or --django for Django tasks)")
     try:
         # Everything is checked here, once, also for --processes > 1: the
         # handler imports, the options are valid, the database opens.
-        handler = load_handler(args.handler)
-        worker = Worker(args.db, handler, **_worker_options(args))
+        worker = make_worker(_config(args))
     except Error as exc:
         return _usage_error(str(exc))
     console = _Console(sys.stderr)
@@ -221,6 +248,41 @@ def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
         "retry_base": args.retry_base,
         "retry_max": args.retry_max,
     }
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    """What a worker process needs to build its Worker (picklable)."""
+    return {
+        "handler": args.handler,
+        "db": args.db,
+        "django": args.django,
+        "settings": args.settings,
+        "backend": args.backend,
+        "log_level": args.log_level,
+        "options": _worker_options(args),
+    }
+
+
+def make_worker(config: dict[str, Any]) -> Worker:
+    """The Worker of ``config`` (from :func:`_config`), in this process."""
+    if not config.get("django"):
+        return Worker(config["db"], load_handler(config["handler"]), **config["options"])
+    if config.get("settings"):
+        os.environ["DJANGO_SETTINGS_MODULE"] = config["settings"]
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        raise HandlerError(
+            "--django needs Django's settings: --settings MODULE or DJANGO_SETTINGS_MODULE"
+        )
+    try:
+        import django
+
+        django.setup()
+        from ..django.tasks._worker import make_worker as django_worker
+    except Error:
+        raise
+    except Exception as exc:
+        raise HandlerError(f"Django did not start ({type(exc).__name__}: {exc})") from exc
+    return django_worker(config["backend"], **config["options"])
 
 
 def _ensure_import_path() -> None:
@@ -391,12 +453,7 @@ class _Supervisor:
         self.restarts = 0
         self.clean = True
         self.started = time.monotonic()
-        self.config = {
-            "handler": args.handler,
-            "db": args.db,
-            "log_level": args.log_level,
-            "options": _worker_options(args),
-        }
+        self.config = _config(args)
 
     def stats(self) -> dict[str, Any]:
         parts = self.finished + [c.stats for c in self.children.values()]
@@ -575,7 +632,7 @@ def child_main(config: dict[str, Any], conn: Any, supervisor: int) -> None:
     # SIGTERM, so the child listens to SIGTERM only.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        worker = Worker(config["db"], config["handler"], **config["options"])
+        worker = make_worker(config)
     except Error as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)

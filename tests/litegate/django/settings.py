@@ -17,3 +17,9 @@ DATABASES = {
     # a second alias on the same file (two aliases, one gate)
     "other": {"ENGINE": _ENGINE, "NAME": _NAME, "OPTIONS": dict(_OPTIONS)},
 }
+TASKS = {
+    "default": {
+        "BACKEND": "litegate.django.tasks.TaskBackend",
+        "QUEUES": ["default", "emails"],
+    },
+}

@@ -1,0 +1,257 @@
+"""The tasks backend: ``TASKS = {"default": {"BACKEND":
+"litegate.django.tasks.TaskBackend"}}``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
+from django.utils.module_loading import import_string
+
+from ...queue import put_on
+from .. import base as litegate_base
+from . import _store
+from ._api import (
+    Base,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+
+_QUEUE_STATES = {0: TaskResultStatus.READY, 1: TaskResultStatus.RUNNING}
+
+
+class WorkerLost(Exception):
+    """Recorded (as a result's error) for an attempt whose worker stopped or
+    was killed before the task finished; the task was run again, or, with
+    no attempts left, failed."""
+
+
+class TaskBackend(Base):
+    """Django tasks on ``litegate.queue``, in the SQLite file of a
+    ``litegate.django`` database.
+
+    ``OPTIONS``:
+
+    - ``database``: the alias whose file holds the queue (``"default"``).
+    - ``max_attempts``: runs of a task whose worker dies mid-task (killed,
+      out of memory) before it is marked failed (3). A task that *raises*
+      is failed at once, as Django's API expects, never retried.
+
+    ``enqueue()`` inside ``transaction.atomic()`` stores the task in that
+    transaction (it runs only if the transaction commits), on the gate the
+    transaction already holds. Workers: ``litegate worker --django``.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = dict(self.options)
+        self.database: str = options.pop("database", "default")
+        self.max_attempts = options.pop("max_attempts", 3)
+        if options:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {sorted(options)}; "
+                "litegate's tasks backend takes 'database' and 'max_attempts'"
+            )
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['max_attempts'] must be a whole number >= 1, "
+                f"got {self.max_attempts!r}"
+            )
+        self._ready: set[tuple[str, str]] = set()  # (alias, file) with the tables made
+        self._ready_lock = threading.Lock()
+
+    # -- checks -----------------------------------------------------------------
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        yield from super().check(**kwargs)
+        if self.database not in settings.DATABASES:
+            yield checks.Error(
+                f"TASKS[{self.alias!r}]: OPTIONS['database'] is {self.database!r}, which is not "
+                "in DATABASES",
+                id="litegate.E001",
+            )
+            return
+        engine = settings.DATABASES[self.database].get("ENGINE", "")
+        if engine != "litegate.django":
+            yield checks.Error(
+                f"TASKS[{self.alias!r}] keeps its queue in database {self.database!r}, whose "
+                f"ENGINE is {engine!r}: it needs 'litegate.django' (its write gate is what "
+                "lets workers and requests share the file without 'database is locked')",
+                id="litegate.E002",
+            )
+
+    # -- enqueue ----------------------------------------------------------------
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        now = time.time()
+        args = normalize_json(list(args))
+        kwargs = normalize_json(dict(kwargs))
+        run_after = task.run_after
+        delay = 0.0 if run_after is None else max(0.0, run_after.timestamp() - now)
+        payload = {
+            "task": task.module_path,
+            "args": args,
+            "kwargs": kwargs,
+            "backend": self.alias,
+            "priority": task.priority,
+            "run_after": None if run_after is None else run_after.timestamp(),
+        }
+        wrapper = self._wrapper()
+        if wrapper.litegate_read_only:
+            raise litegate_base.ReadOnlyScopeError(
+                f"enqueue() inside litegate.django.read_only() on {wrapper.alias!r} was refused; "
+                "nothing was stored. Enqueue outside the read_only() block"
+            )
+        # The caller's transaction if there is one (a savepoint in it, on
+        # the gate it holds); else one of our own.
+        with transaction.atomic(using=self.database):
+            raw = wrapper.connection
+            self._tables(raw)
+            jid = put_on(
+                raw,
+                payload,
+                queue=task.queue_name,
+                priority=task.priority,
+                delay=delay,
+                max_attempts=self.max_attempts,
+            )
+        result = TaskResult(
+            task=task,
+            id=str(jid),
+            status=TaskResultStatus.READY,
+            enqueued_at=_when(now),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results ----------------------------------------------------------------
+    def get_result(self, result_id: str) -> Any:
+        try:
+            jid = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        wrapper = self._wrapper()
+        try:
+            with wrapper.cursor() as cur:
+                cur.execute(_store.SELECT, (jid,))
+                row = cur.fetchone()
+        except Exception as exc:
+            if "no such table" in str(exc):  # nothing was ever enqueued in this file
+                raise TaskResultDoesNotExist(result_id) from None
+            raise
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result_from_row(row, result_id, self.alias)
+
+    # -- plumbing -----------------------------------------------------------------
+    def _wrapper(self) -> Any:
+        wrapper = connections[self.database]
+        if not isinstance(wrapper, litegate_base.DatabaseWrapper):
+            raise ImproperlyConfigured(
+                f"TASKS[{self.alias!r}] needs database {self.database!r} to use ENGINE "
+                f"'litegate.django', not {wrapper.settings_dict['ENGINE']!r}"
+            )
+        return wrapper
+
+    def _tables(self, raw: Any) -> None:
+        key = (self.database, os.path.abspath(str(settings.DATABASES[self.database]["NAME"])))
+        if key in self._ready:
+            return
+        _store.create(raw)  # IF NOT EXISTS, in the caller's transaction
+        with self._ready_lock:
+            self._ready.add(key)
+
+
+def _when(ts: float | None) -> datetime | None:
+    """Epoch seconds as Django wants them: aware UTC with USE_TZ, else naive
+    local time."""
+    if ts is None:
+        return None
+    if settings.USE_TZ:
+        return datetime.fromtimestamp(ts, tz=timezone.utc)
+    return datetime.fromtimestamp(ts)
+
+
+def result_from_row(row: Any, result_id: str, alias: str) -> Any:
+    """A TaskResult from a row of ``_store.SELECT``."""
+    state, body, created_at, last_error, queue = row[:5]
+    r_status, r_value, r_errors, r_workers, started, attempted, finished = row[5:]
+    payload = json.loads(body)
+    task = _task(payload, queue, alias)
+    errors = _store.errors_of(r_errors)
+    if state in _QUEUE_STATES:
+        status = _QUEUE_STATES[state]
+    elif state == 2:  # acked: the worker recorded how it ended
+        status = TaskResultStatus(r_status or "FAILED")
+    else:  # dead: the last worker went away with no attempts left
+        status = TaskResultStatus.FAILED
+        if r_status in (None, "RUNNING"):
+            errors.append((_store.WORKER_LOST, last_error or "no attempts left"))
+    result = TaskResult(
+        task=task,
+        id=result_id,
+        status=status,
+        enqueued_at=_when(created_at),
+        started_at=_when(started),
+        last_attempted_at=_when(attempted),
+        finished_at=_when(finished) if status in _FINAL else None,
+        args=payload["args"],
+        kwargs=payload["kwargs"],
+        backend=payload.get("backend", alias),
+        errors=[TaskError(exception_class_path=p, traceback=t) for p, t in errors],
+        worker_ids=json.loads(r_workers or "[]"),
+    )
+    if status == TaskResultStatus.SUCCESSFUL and r_value is not None:
+        object.__setattr__(result, "_return_value", json.loads(r_value))
+    return result
+
+
+_FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def _task(payload: dict[str, Any], queue: str, alias: str) -> Any:
+    task = import_string(payload["task"])
+    if not isinstance(task, Task):
+        raise ImproperlyConfigured(
+            f"{payload['task']!r} is not a task (decorate the function with @task)"
+        )
+    run_after = payload.get("run_after")
+    changes: dict[str, Any] = {
+        "queue_name": queue,
+        "backend": payload.get("backend", alias),
+        "priority": payload.get("priority", task.priority),
+    }
+    if run_after is not None and math.isfinite(run_after):
+        changes["run_after"] = _when(run_after)
+    return task.using(**changes)

@@ -1,0 +1,204 @@
+"""Django's tasks API on litegate.queue: enqueue (also inside atomic()),
+results, priorities, run_after, queue names, and ``litegate worker
+--django`` as a real process, SIGKILL included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from litegate.django.tasks import TaskBackend
+from litegate.django.tasks._api import TaskResultDoesNotExist, TaskResultStatus
+from litegate.django.tasks._worker import make_worker
+from litegate.queue import Queue
+from tests.conftest import wait_until
+from tests.litegate.django.testapp import tasks
+from tests.litegate.django.testapp.models import Entry
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def empty_queue() -> Iterator[None]:
+    yield
+    with connection.cursor() as cur:
+        for table in ("litegate_jobs", "litegate_task_results"):
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+        cur.execute("DROP TABLE IF EXISTS litegate_queue_schema")
+    backend = tasks.add.get_backend()
+    assert isinstance(backend, TaskBackend)
+    backend._ready.clear()
+
+
+def run_burst(queue: str = "default", **options: Any) -> dict[str, Any]:
+    """Run the queue's tasks in this process until none is left."""
+    worker = make_worker("default", name=queue, burst=True, **options)
+    try:
+        return worker.run()
+    finally:
+        worker.queue.close()
+
+
+def db_path() -> str:
+    return str(connection.settings_dict["NAME"])
+
+
+def test_enqueue_then_a_worker_runs_it_and_the_result_comes_back() -> None:
+    result = tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert result.enqueued_at is not None
+    fetched = tasks.add.get_result(result.id)
+    assert (fetched.status, fetched.args, fetched.worker_ids) == (
+        TaskResultStatus.READY,
+        [2, 3],
+        [],
+    )
+    stats = run_burst()
+    assert stats["acked"] == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.errors == []
+    assert len(result.worker_ids) == 1
+    assert result.started_at is not None
+    assert result.finished_at is not None
+    assert result.started_at <= result.finished_at
+
+
+def test_a_task_that_raises_fails_once_with_its_error() -> None:
+    result = tasks.boom.enqueue()
+    run_burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"]
+    assert result.errors[0].exception_class is ValueError
+    assert "boom" in result.errors[0].traceback
+    assert result.attempts == 1  # not retried: Django's API has no retries
+    with pytest.raises(ValueError, match="failed"):
+        _ = result.return_value
+
+
+def test_enqueue_inside_atomic_commits_or_rolls_back_with_it() -> None:
+    with transaction.atomic():
+        Entry.objects.create(who="order")
+        kept = tasks.record.enqueue("kept")  # on the gate atomic() holds: no second gate
+    lost: list[Any] = []
+
+    def rolled_back() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="lost order")
+            lost.append(tasks.record.enqueue("lost"))
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        rolled_back()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.record.get_result(lost[0].id)
+    assert tasks.record.get_result(kept.id).status == TaskResultStatus.READY
+    run_burst()
+    assert sorted(Entry.objects.values_list("who", flat=True)) == ["kept", "order"]
+
+
+def test_priority_then_order_of_enqueue() -> None:
+    for who, priority in [("low", -5), ("first", 0), ("high", 10), ("second", 0)]:
+        tasks.record.using(priority=priority).enqueue(who)
+    run_burst(concurrency=1)
+    assert list(Entry.objects.order_by("id").values_list("who", flat=True)) == [
+        "high",
+        "first",
+        "second",
+        "low",
+    ]
+
+
+def test_run_after_waits_and_queue_names_are_separate() -> None:
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
+    mail = tasks.add.using(queue_name="emails").enqueue(2, 2)
+    with Queue(db_path(), "default") as q:
+        assert q.counts()["scheduled"] == 1
+    run_burst("emails")
+    mail.refresh()
+    later.refresh()
+    assert (mail.status, mail.return_value) == (TaskResultStatus.SUCCESSFUL, 4)
+    assert later.status == TaskResultStatus.READY
+    assert later.task.run_after is not None
+
+
+def test_takes_context_sees_the_attempt() -> None:
+    result = tasks.attempt.enqueue()
+    run_burst()
+    result.refresh()
+    assert result.return_value == 1
+
+
+def test_unknown_ids_and_a_read_only_scope() -> None:
+    from litegate.django import ReadOnlyScopeError, read_only
+
+    for bad in ("nope", "999999"):
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks.add.get_result(bad)
+    with pytest.raises(ReadOnlyScopeError), read_only():
+        tasks.add.enqueue(1, 2)
+
+
+def _worker(*args: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "LITEGATE_DJANGO_DB": db_path(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "litegate", "worker", "--django",
+         "--settings", "tests.litegate.django.settings", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_worker_mid_task_runs_it_again(tmp_path: Path) -> None:
+    """The worker process is SIGKILLed while the task runs: once its lease
+    runs out, the next worker runs the task again, and the result keeps the
+    lost attempt as a WorkerLost error."""
+    flag = str(tmp_path / "started")
+    result = tasks.slow.enqueue(flag, 30.0)
+    first = _worker("--lease", "1")
+    try:
+        wait_until(lambda: os.path.exists(flag), 60, "the task to start")
+        assert tasks.slow.get_result(result.id).status == TaskResultStatus.RUNNING
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    # --burst waits while the killed worker's job is leased, then claims it
+    # once that lease (1 s) has run out.
+    second = _worker("--burst", "--lease", "5")
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "done"
+    assert len(result.worker_ids) == 2
+    assert [e.exception_class_path for e in result.errors] == ["litegate.django.tasks.WorkerLost"]
+    assert "stopped before the task finished" in result.errors[0].traceback
+    assert len(Path(flag).read_text().split()) == 2  # it ran twice
+
+
+def test_worker_command_line_errors() -> None:
+    bad = _worker("tests.litegate.queue.handlers:noop")
+    _, err = bad.communicate(timeout=60)
+    assert bad.returncode == 2
+    assert "drop MODULE:FUNCTION" in err
+    wrong_queue = _worker("--queue", "nope", "--burst")
+    _, err = wrong_queue.communicate(timeout=60)
+    assert wrong_queue.returncode == 2
+    assert "not in TASKS['default']['QUEUES']" in err

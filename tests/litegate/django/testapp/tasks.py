@@ -1,0 +1,53 @@
+"""Tasks for the tasks backend's tests (module level, as Django requires)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from litegate.django.tasks._api import TaskContext
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+from tests.litegate.django.testapp.models import Entry
+
+
+@task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task()
+def boom() -> None:
+    raise ValueError("boom")
+
+
+@task()
+def record(who: str) -> str:
+    Entry.objects.create(who=who)
+    return who
+
+
+@task(takes_context=True)
+def attempt(context: TaskContext) -> int:
+    return int(context.attempt)
+
+
+@task()
+def slow(flag: str, seconds: float) -> str:
+    """Say it started (a line in ``flag``); the first run then takes
+    ``seconds``, a run after it returns at once."""
+    rerun = os.path.exists(flag)
+    with open(flag, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    if not rerun:
+        time.sleep(seconds)
+    return "done"
+
+
+def not_a_task(*_: Any) -> None:  # pragma: no cover - for the error path
+    pass
