@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import Any
 
 import pytest
@@ -219,7 +219,7 @@ def test_sigkill_inside_atomic_holding_the_gate() -> None:
     Entry.objects.create(who="after")  # the gate came back with the process's death
     assert time.monotonic() - t0 < 10
     assert list(Entry.objects.values_list("who", flat=True)) == ["after"]
-    with sqlite3.connect(db_path()) as conn:
+    with closing(sqlite3.connect(db_path())) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
