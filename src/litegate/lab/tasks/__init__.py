@@ -80,7 +80,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     sides = tuple(s.strip() for s in args.sides.split(",") if s.strip())
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
-        raise SystemExit(f"litegate bench tasks: unknown side(s) {unknown}; pick from {SIDES}")
+        raise ValueError(f"unknown side(s) {unknown}; pick from {', '.join(SIDES)}")
     tasks = 400 if args.quick else args.tasks
     return Config(
         sides=sides,
