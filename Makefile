@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue clean
+.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-tasks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/litegate bench fairness --quick --out results/demo-fairness
 	$(VENV)/bin/litegate bench micro --quick --out results/demo-micro
 	$(VENV)/bin/litegate bench queue --quick --out results/demo-queue
+	$(VENV)/bin/litegate bench tasks --quick --out results/demo-tasks
 
 test: lint typecheck unit django-suite
 
@@ -33,13 +34,15 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest
 
 # Django's own test suite (issue 8's label set, ~3,900 tests) against
-# litegate.django and the stock sqlite3 engine in the same run: fails if
-# litegate fails a test the stock engine passes (~80 s).
+# litegate.django and the stock sqlite3 engine in the same run, with Django's
+# parallel runner (--parallel 2, cloned test databases): fails if litegate
+# fails a test the stock engine passes (~45 s).
 django-suite: $(STAMP)
 	$(PY) tests/django_suite/run.py
 
 # The same on Django 4.2 LTS (python3) and Django 6.x (python3.13), each in
-# its own venv (.venv-django42, .venv-django6); ~4 minutes.
+# its own venv (.venv-django42, .venv-django6), then tests/litegate/django
+# on each; ~5 minutes.
 test-django-matrix:
 	bash tests/django_suite/matrix.sh
 
@@ -61,6 +64,11 @@ bench-core: $(STAMP)
 # (~15 minutes).
 bench-queue: $(STAMP)
 	$(VENV)/bin/litegate bench queue --out results/queue-full
+
+# Django's tasks API: litegate.django.tasks against django-tasks-db on the
+# stock engine, 3 runs (~2 minutes).
+bench-tasks: $(STAMP)
+	$(VENV)/bin/litegate bench tasks --runs 3 --out results/tasks
 
 clean:
 	rm -rf $(VENV) .venv-django42 .venv-django6 .mypy_cache .pytest_cache .ruff_cache .cache
