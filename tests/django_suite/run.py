@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  expected failure: {t}: {EXPECTED[t]}")
     for t in fixed:
         print(f"  fails with the stock engine only: {t}")
+    for t in sorted((ours & stock) - set(EXPECTED)):
+        print(f"  fails with both engines: {t}")
     for t in extra:
         print(f"  FAILS WITH litegate.django ONLY: {t}")
     print(f"litegate.django: {len(extra)} failure(s) the stock engine does not have")
