@@ -30,10 +30,9 @@ def test_both_sides_run_every_task_and_only_litegate_survives_sigkill() -> None:
     assert kill["litegate"]["started"]
     assert (kill["litegate"]["status_after"], kill["litegate"]["runs"]) == ("SUCCESSFUL", 2)
     # django-tasks-db has no lease: the killed task is never run again
-    assert (kill["django-tasks-db"]["status_after"], kill["django-tasks-db"]["runs"]) == (
-        "RUNNING",
-        1,
-    )
+    for side in ("django-tasks-db", "django-tasks-db+gate"):
+        assert (kill[side]["status_after"], kill[side]["runs"]) == ("RUNNING", 1)
+    assert run["django-tasks-db+gate"]["enqueue"]["errors"] == 0  # the engine's gate
     table = bench.render(result)
     assert "after SIGKILL" in table
     assert "litegate / django-tasks-db (same run)" in table

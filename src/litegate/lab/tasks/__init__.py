@@ -7,6 +7,8 @@ Sides (each on a fresh database file):
 - ``django-tasks-db``: ``django_tasks_db.DatabaseBackend`` on the stock
   ``django.db.backends.sqlite3`` engine with Django's defaults, workers
   ``manage.py db_worker --batch`` (one task at a time per process);
+- ``django-tasks-db+gate``: the same backend and workers on the
+  ``litegate.django`` engine (what the engine alone changes);
 - ``litegate``: ``litegate.django.tasks.TaskBackend`` on ``litegate.django``,
   workers ``litegate worker --django --burst --concurrency 1``.
 
@@ -52,7 +54,7 @@ from . import jobs
 
 NAME = "tasks"
 HELP = "Django tasks: litegate.django.tasks against django-tasks-db (issue 8)"
-SIDES = ("django-tasks-db", "litegate")
+SIDES = ("django-tasks-db", "django-tasks-db+gate", "litegate")
 _LIMIT = 300.0  # seconds any one process of a phase may take
 
 
@@ -106,7 +108,7 @@ def _env(side: str, db: str) -> dict[str, str]:
 
 
 def _worker_cmd(side: str, lease: float) -> list[str]:
-    if side == "django-tasks-db":
+    if side.startswith("django-tasks-db"):
         return [sys.executable, "-m", "django", "db_worker", "--batch", "--no-startup-delay",
                 "--interval", "0.05"]  # fmt: skip
     return [sys.executable, "-m", "litegate", "worker", "--django", "--burst",
@@ -267,7 +269,7 @@ def render(result: dict[str, Any]) -> str:
         f"{cfg['tasks']} tasks enqueued from one thread. run tasks/s: those tasks run by "
         f"{cfg['workers']} worker processes (first start to last end).",
         "",
-        f"{'side':<18}{'views/s':>14}{'view errors':>16}{'enqueue/s':>14}"
+        f"{'side':<22}{'views/s':>14}{'view errors':>16}{'enqueue/s':>14}"
         f"{'run tasks/s':>16}{'successful':>16}  after SIGKILL mid-task",
     ]
 
@@ -276,7 +278,7 @@ def render(result: dict[str, Any]) -> str:
 
     for side, s in result["summary"].items():
         lines.append(
-            f"{side:<18}{fmt(s['enqueue_per_s'], s['enqueue_cv']):>14}"
+            f"{side:<22}{fmt(s['enqueue_per_s'], s['enqueue_cv']):>14}"
             f"{s['view_errors']:>9} / {s['views']:<5}"
             f"{fmt(s['fill_per_s'], s['fill_cv']):>14}"
             f"{fmt(s['drain_per_s'], s['drain_cv']):>16}"

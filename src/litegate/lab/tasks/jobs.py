@@ -81,7 +81,7 @@ def window(side: str, db: str) -> float:
     """Seconds from the first task's start to the last one's end, as the
     backend recorded them (worker start-up left out)."""
     with closing(sqlite3.connect(db)) as conn:
-        if side == "django-tasks-db":
+        if side.startswith("django-tasks-db"):
             sql = (
                 "SELECT (julianday(max(finished_at)) - julianday(min(started_at))) * 86400 "
                 "FROM django_tasks_database_dbtaskresult"
@@ -108,7 +108,7 @@ def statuses(side: str, db: str, ids: list[str] | None) -> dict[str, int] | list
         backend = tasks()[0].get_backend()
         return [str(backend.get_result(i).status) for i in ids]
     with connection.cursor() as cur:
-        if side == "django-tasks-db":
+        if side.startswith("django-tasks-db"):
             cur.execute(
                 "SELECT status, count(*) FROM django_tasks_database_dbtaskresult GROUP BY status"
             )

@@ -5,6 +5,8 @@ or ``litegate``; the database file: ``LITEGATE_LAB_TASKS_DB``).
 - ``django-tasks-db``: the stock ``django.db.backends.sqlite3`` engine with
   Django's default settings, and ``django_tasks_db.DatabaseBackend``, as its
   documentation sets them up;
+- ``django-tasks-db+gate``: the same backend on the ``litegate.django``
+  engine;
 - ``litegate``: ``litegate.django`` and ``litegate.django.tasks.TaskBackend``.
 """
 
@@ -20,13 +22,14 @@ USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 LOGGING_CONFIG = None  # the workers' per-task INFO lines would dominate the timing
 
-if SIDE == "django-tasks-db":
+if SIDE.startswith("django-tasks-db"):
     INSTALLED_APPS = ["django_tasks_db"]
     try:
         import django.tasks  # noqa: F401  (Django >= 6 has the API itself)
     except ImportError:
         INSTALLED_APPS.insert(0, "django_tasks")
-    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": _DB}}
+    ENGINE = "litegate.django" if SIDE.endswith("+gate") else "django.db.backends.sqlite3"
+    DATABASES = {"default": {"ENGINE": ENGINE, "NAME": _DB}}
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 else:
     INSTALLED_APPS = []
