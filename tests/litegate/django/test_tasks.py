@@ -202,3 +202,14 @@ def test_worker_command_line_errors() -> None:
     _, err = wrong_queue.communicate(timeout=60)
     assert wrong_queue.returncode == 2
     assert "not in TASKS['default']['QUEUES']" in err
+
+
+def test_bad_options_say_what_to_do() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="takes 'database' and 'max_attempts'"):
+        TaskBackend("x", {"OPTIONS": {"retries": 3}})
+    with pytest.raises(ImproperlyConfigured, match="whole number >= 1"):
+        TaskBackend("x", {"OPTIONS": {"max_attempts": 0}})
+    messages = list(TaskBackend("x", {"OPTIONS": {"database": "nope"}}).check())
+    assert [m.id for m in messages] == ["litegate.E001"]
