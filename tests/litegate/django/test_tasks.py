@@ -20,6 +20,7 @@ from django.utils import timezone
 from litegate.django.tasks import TaskBackend
 from litegate.django.tasks._api import TaskResultDoesNotExist, TaskResultStatus
 from litegate.django.tasks._worker import make_worker
+from litegate.lab.tasks.work import slow  # slow on its first run only
 from litegate.queue import Queue
 from tests.conftest import wait_until
 from tests.litegate.django.testapp import tasks
@@ -170,11 +171,11 @@ def test_sigkill_of_the_worker_mid_task_runs_it_again(tmp_path: Path) -> None:
     runs out, the next worker runs the task again, and the result keeps the
     lost attempt as a WorkerLost error."""
     flag = str(tmp_path / "started")
-    result = tasks.slow.enqueue(flag, 30.0)
+    result = slow.enqueue(flag, 30.0)
     first = _worker("--lease", "1")
     try:
         wait_until(lambda: os.path.exists(flag), 60, "the task to start")
-        assert tasks.slow.get_result(result.id).status == TaskResultStatus.RUNNING
+        assert slow.get_result(result.id).status == TaskResultStatus.RUNNING
         os.kill(first.pid, signal.SIGKILL)
     finally:
         first.kill()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
 
 from litegate.django.tasks._api import TaskContext
@@ -35,18 +33,6 @@ def record(who: str) -> str:
 @task(takes_context=True)
 def attempt(context: TaskContext) -> int:
     return int(context.attempt)
-
-
-@task()
-def slow(flag: str, seconds: float) -> str:
-    """Say it started (a line in ``flag``); the first run then takes
-    ``seconds``, a run after it returns at once."""
-    rerun = os.path.exists(flag)
-    with open(flag, "a") as f:
-        f.write(f"{os.getpid()}\n")
-    if not rerun:
-        time.sleep(seconds)
-    return "done"
 
 
 def not_a_task(*_: Any) -> None:  # pragma: no cover - for the error path
