@@ -1,7 +1,8 @@
 """``litegate`` / ``python -m litegate``: the command line.
 
-Commands: ``bench``, the lab (``litegate bench --help``), and ``worker``, which
-runs a function over a job queue (``litegate worker --help``). The lab lives in
+Commands: ``bench``, the lab (``litegate bench --help``); ``web``, seed 003's
+Django app (``litegate web --help``); and ``worker``, which runs a function
+over a job queue (``litegate worker --help``). The lab lives in
 :mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
 :mod:`litegate.queue`. Both are imported only when their command runs, so
 ``import litegate`` never pays for them.
@@ -30,11 +31,29 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     sub.add_parser(
+        "web",
+        help="seed 003's Django app: 'litegate web seed DB', 'litegate web serve DB'",
+        add_help=False,
+    )
+    sub.add_parser(
         "worker",
         help="run a function for every job of a queue; 'litegate worker --help' for options",
         add_help=False,
     )
     return parser
+
+
+def _web(args: list[str]) -> int:
+    try:
+        from litegate.lab.web._cli import main as web_main
+    except ModuleNotFoundError as exc:
+        print(
+            f"litegate web needs Django (missing: {exc.name!r}).\n"
+            "Install it with:  pip install 'litegate[web]'",
+            file=sys.stderr,
+        )
+        return 2
+    return web_main(args)
 
 
 def _bench(args: list[str]) -> int:
@@ -68,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "bench":
             return _bench(args[1:])
+        if args and args[0] == "web":
+            return _web(args[1:])
         if args and args[0] == "worker":
             from litegate.queue._cli import main as worker_main
 

@@ -1,0 +1,40 @@
+"""The four engine configurations of the web lab (no environment read here:
+``settings`` picks one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ENGINES = ("naive", "wal", "tuned", "litegate")
+
+
+_TUNED_PRAGMAS = (
+    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+    "PRAGMA mmap_size = 134217728; PRAGMA journal_size_limit = 67108864; "
+    "PRAGMA cache_size = 2000"
+)
+
+
+def database(engine: str, name: str) -> dict[str, Any]:
+    """The DATABASES["default"] of one engine configuration."""
+    if engine in ("naive", "wal"):  # wal: the file is put in WAL mode (`litegate web serve`)
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+    if engine == "tuned":
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name,
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 5,
+                "init_command": _TUNED_PRAGMAS,
+            },
+            "CONN_MAX_AGE": 600,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    return {
+        "ENGINE": "litegate.django",
+        "NAME": name,
+        "OPTIONS": {"timeout": 5},
+        "CONN_MAX_AGE": 600,
+        "CONN_HEALTH_CHECKS": True,
+    }
