@@ -3,23 +3,31 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# hey, the HTTP load generator of seed 003, built from source into the project
+HEY    := .tools/bin/hey
 
-.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-tasks clean
+.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,lab,queue]'
+	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web]'
 	touch $(STAMP)
 
+$(HEY):
+	GOBIN=$(CURDIR)/.tools/bin GOFLAGS=-modcacherw go install github.com/rakyll/hey@v0.1.5
+
+hey: $(HEY)
+
 # The showcase, then the quick version of each lab experiment (~3 minutes).
-demo: $(STAMP)
+demo: $(STAMP) $(HEY)
 	$(PY) demo/showcase.py --seconds 3
 	$(VENV)/bin/litegate bench contention --quick --out results/demo-contention
 	$(VENV)/bin/litegate bench fairness --quick --out results/demo-fairness
 	$(VENV)/bin/litegate bench micro --quick --out results/demo-micro
 	$(VENV)/bin/litegate bench queue --quick --out results/demo-queue
 	$(VENV)/bin/litegate bench tasks --quick --out results/demo-tasks
+	$(VENV)/bin/litegate bench web --quick --out results/demo-web
 
 test: lint typecheck unit django-suite
 
@@ -30,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src tests demo
 
-unit: $(STAMP)
+unit: $(STAMP) $(HEY)
 	$(VENV)/bin/pytest
 
 # Django's own test suite (issue 8's label set, ~3,900 tests) against
@@ -70,5 +78,10 @@ bench-queue: $(STAMP)
 bench-tasks: $(STAMP)
 	$(VENV)/bin/litegate bench tasks --runs 3 --out results/tasks
 
+# Seed 003 in full: the four engine configurations, the headline cell three
+# times, the balanced sweep 1..256 and read_heavy / write_heavy (~12 minutes).
+bench-web: $(STAMP) $(HEY)
+	$(VENV)/bin/litegate bench web --out results/web
+
 clean:
-	rm -rf $(VENV) .venv-django42 .venv-django6 .mypy_cache .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) .tools .venv-django42 .venv-django6 .mypy_cache .pytest_cache .ruff_cache .cache

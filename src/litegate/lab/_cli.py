@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import contention, fairness, micro, queue, tasks
+from . import contention, fairness, micro, queue, tasks, web
 from ._args import positive_float as _positive_float
 from ._args import positive_int as _positive_int
 from ._progress import Progress
@@ -33,6 +33,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     micro.NAME: micro,
     queue.NAME: queue,
     tasks.NAME: tasks,
+    web.NAME: web,
 }
 
 _EPILOG = """\

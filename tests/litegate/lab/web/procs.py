@@ -1,0 +1,44 @@
+"""The app under Django's test client, in a spawned process per engine
+(Django's settings are per process)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def exercise(engine: str, db: str) -> dict[str, Any]:
+    """Every route once; returns each answer and the table counts around
+    the writes."""
+    os.environ["LITEGATE_WEB_ENGINE"] = engine
+    os.environ["LITEGATE_WEB_DB"] = db
+    os.environ["DJANGO_SETTINGS_MODULE"] = "litegate.lab.web.app.settings"
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+
+    from litegate.lab.web.app.models import Comment, Post, User
+
+    def counts() -> tuple[int, int, int]:
+        return User.objects.count(), Post.objects.count(), Comment.objects.count()
+
+    c = Client()
+    out: dict[str, Any] = {
+        "vendor": connection.vendor,
+        "engine": connection.settings_dict["ENGINE"],
+    }
+    for action in ("post_create", "comment_create", "post_destroy", "comment_destroy",
+                   "post_show", "posts_index", "user_show"):  # fmt: skip
+        before = counts()
+        r = c.post(f"/benchmarking/{action}")
+        out[action] = (r.status_code, r.get("Location", ""), before, counts())
+    for mix in ("read_heavy", "balanced", "write_heavy"):
+        out[mix] = sorted({c.post(f"/benchmarking/{mix}").status_code for _ in range(30)})
+    out["unknown"] = c.post("/benchmarking/nope").status_code
+    out["get_on_benchmarking"] = c.get("/benchmarking/balanced").status_code
+    out["pages"] = [c.get(p).status_code for p in ("/", "/posts/5/", "/users/3/")]
+    out["missing_page"] = c.get("/posts/999999/").status_code
+    out["seen"] = User.objects.exclude(last_seen_at=None).count()
+    return out

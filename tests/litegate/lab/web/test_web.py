@@ -1,0 +1,145 @@
+"""Seed 003's app and ``litegate bench web``: the routes on every engine
+(Django's test client), a real gunicorn under a real hey, the CLI's
+refusals, and the parsing of hey's output (a recorded sample). Nothing
+here asserts a speed."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("gunicorn", reason="pip install -e '.[web]'")
+
+from litegate.__main__ import main
+from litegate.lab import web as bench
+from litegate.lab.web import _hey
+from litegate.lab.web._server import Server
+from tests.litegate.lab.web import procs
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("web") / "seeded.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "litegate", "web", "seed", str(path), "--posts", "200"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert out.stdout.strip().endswith("100 users, 200 posts, 2000 comments")
+    return path
+
+
+def _copy(seeded: Path, tmp_path: Path) -> str:
+    target = tmp_path / "hn.db"
+    target.write_bytes(seeded.read_bytes())
+    return str(target)
+
+
+@pytest.mark.parametrize("engine", bench.ENGINES)
+def test_every_route_on_every_engine(engine: str, seeded: Path, tmp_path: Path) -> None:
+    db = _copy(seeded, tmp_path)
+    with mp.get_context("spawn").Pool(1) as pool:
+        out: dict[str, Any] = pool.apply(procs.exercise, (engine, db))
+    assert out["vendor"] == "sqlite"
+    stock = "django.db.backends.sqlite3"
+    assert out["engine"] == ("litegate.django" if engine == "litegate" else stock)
+    status, location, before, after = out["post_create"]
+    assert status == 302
+    assert re.fullmatch(r"/posts/\d+/", location), location
+    assert after[1] == before[1] + 1
+    status, location, before, after = out["comment_create"]
+    assert (status, location.startswith("/posts/"), after[2]) == (302, True, before[2] + 1)
+    status, location, before, after = out["post_destroy"]
+    assert (status, location, after[1]) == (302, "/", before[1] - 1)
+    assert after[2] < before[2]  # its comments went with it (CASCADE)
+    status, location, before, after = out["comment_destroy"]
+    assert (status, after[2]) == (302, before[2] - 1)
+    for action in ("post_show", "posts_index", "user_show"):
+        status, _, before, after = out[action]
+        assert (status, after) == (200, before)
+    for mix in ("read_heavy", "balanced", "write_heavy"):
+        assert set(out[mix]) <= {200, 302}
+    assert out["unknown"] == 404
+    assert out["get_on_benchmarking"] == 405
+    assert out["pages"] == [200, 200, 200]
+    assert out["missing_page"] == 404
+    assert out["seen"] >= 1  # every benchmarking request marks a user as seen
+
+
+@pytest.mark.slow
+def test_serve_answers_hey_without_500s_and_stops_on_sigterm(seeded: Path, tmp_path: Path) -> None:
+    hey = _hey.find()
+    db = _copy(seeded, tmp_path)
+    log = tmp_path / "server.log"
+    with Server(db, "litegate", log, workers=2, threads=3) as srv:
+        summary, raw = _hey.run(hey, f"{srv.url}/benchmarking/balanced", 8, 2.0)
+        code = srv.stop()
+    assert summary.responses > 50, raw
+    assert set(summary.statuses) == {200}, raw  # no 500 on litegate
+    assert summary.errors == {}
+    assert code == 0  # SIGTERM: gunicorn's graceful stop
+    assert "database is locked" not in log.read_text()
+
+
+@pytest.mark.slow
+def test_bench_web_runs_a_cell_per_engine(tmp_path: Path) -> None:
+    cfg = bench.Config(engines=("tuned", "litegate"), seconds=1.0, headline=1, sweep=(2,),
+                       mixes=("write_heavy",), hey=_hey.find())  # fmt: skip
+    result = bench.run(cfg)
+    cells = result["cells"]
+    assert [(c["engine"], c["mix"], c["c"]) for c in cells] == [
+        ("tuned", "balanced", 20), ("litegate", "balanced", 20),
+        ("tuned", "balanced", 2), ("litegate", "balanced", 2),
+        ("tuned", "write_heavy", 20), ("litegate", "write_heavy", 20),
+    ]  # fmt: skip
+    for c in cells:
+        assert c["hey"]["responses"] > 0
+        assert c["server_exit"] == 0
+        assert c["cpu_s"] > 0
+    assert all(c["locked"] == 0 for c in cells if c["engine"] == "litegate")
+    table = bench.render(result)
+    assert "Headline: hey -c 20" in table
+    assert "litegate HTTP 500, every cell:" in table
+    assert [p.name for p in bench.charts(result, tmp_path)] == [
+        "web-rps.png", "web-p99.png", "web-latency-c20.png",
+    ]  # fmt: skip
+
+
+def test_hey_summary_is_parsed() -> None:
+    s = _hey.parse((HERE / "hey-sample.txt").read_text())
+    assert (s.total_s, s.slowest_s, s.fastest_s, s.average_s, s.rps) == (
+        3.0921, 0.9188, 0.0039, 0.1046, 188.2223,
+    )  # fmt: skip
+    assert s.percentiles == {
+        10: 0.0196, 25: 0.0403, 50: 0.0988, 75: 0.1457, 90: 0.1888, 95: 0.2435, 99: 0.3519,
+    }  # fmt: skip
+    assert s.statuses == {200: 229, 500: 353}
+    assert s.responses == 582
+    assert len(s.histogram) == 11
+    assert s.histogram[1] == (0.095, 277)
+    assert sum(n for _, n in s.histogram) == 582
+    assert s.errors == {}
+
+
+def test_hey_errors_are_counted() -> None:
+    text = "\nSummary:\n  Requests/sec:\t1.0\n\nError distribution:\n  [3]\tGet x: EOF\n"
+    assert _hey.parse(text).errors == {"Get x: EOF": 3}
+
+
+def test_serve_refuses_other_hosts_and_missing_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "none.db"
+    assert main(["web", "serve", str(db), "--bind", "0.0.0.0:8000"]) == 2
+    assert "127.0.0.1:PORT or unix:PATH" in capsys.readouterr().err
+    assert main(["web", "serve", str(db)]) == 2
+    assert "litegate web seed" in capsys.readouterr().err
+    assert main(["bench", "web", "--engines", "mysql", "--out", str(tmp_path)]) == 2
+    assert "unknown engine(s) ['mysql']" in capsys.readouterr().err
