@@ -18,19 +18,24 @@ from ._errors import (
     ReadOnlyError,
     WriteTimeout,
 )
+from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PROFILES
 
 __all__ = [
     "BUSY_STRATEGIES",
     "PROFILES",
+    "BackupResult",
+    "CheckpointResult",
     "Closed",
     "ConfigError",
     "Database",
     "Error",
     "NestedWriteError",
     "OpenError",
+    "OptimizeResult",
     "PoolTimeout",
     "ReadOnlyError",
+    "VacuumResult",
     "WriteResult",
     "WriteTimeout",
     "connect",

@@ -35,6 +35,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ._errors import ConfigError
+
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
 
 # Statements that would end or nest the shared transaction.
@@ -293,6 +295,12 @@ class GroupCommit:
             r.error = ValueError(
                 "db.execute() runs one statement inside litegate's transaction; use "
                 "db.write() to control transactions yourself"
+            )
+            return
+        if r.fn is None and r.sql.lstrip()[:6].upper() == "VACUUM":
+            r.error = ConfigError(
+                "VACUUM cannot run inside a transaction, and db.execute() runs in one; use "
+                "db.vacuum() (or db.vacuum(into=path)), which takes the write gate without one"
             )
             return
         if first:

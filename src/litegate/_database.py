@@ -8,12 +8,13 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
 
-from . import _profiles
+from . import _maintenance, _profiles
 from ._batch import GroupCommit, Request
 from ._busy import BusyStrategy, get_strategy, is_busy, retry_busy
 from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
@@ -28,6 +29,7 @@ from ._errors import (
 )
 from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork
+from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PragmaValue
 from ._stats import WaitHistogram
 
@@ -282,9 +284,10 @@ class Database:
         return self._begin_for(state, me, limit)
 
     def _begin_for(
-        self, state: _ProcessState, me: int, limit: float
+        self, state: _ProcessState, me: int, limit: float, *, begin: bool = True
     ) -> tuple[_ProcessState, sqlite3.Connection]:
-        """_begin with a limit already checked (the group-commit leader's)."""
+        """_begin with a limit already checked (the group-commit leader's).
+        ``begin=False``: the gate only, no transaction (maintenance)."""
         start = time.monotonic()
         deadline = start + limit
         wait = None if math.isinf(limit) else limit
@@ -298,12 +301,37 @@ class Database:
                 f"no write gate within {limit:g} s: {state.gate.waiting} more writers of this "
                 "process are queued; raise timeout= or make write transactions shorter"
             )
-        conn = self._after_gate(state, start, deadline, limit)
+        conn = self._after_gate(state, start, deadline, limit, begin)
         state.writer_owner = me
         return state, conn
 
+    @contextmanager
+    def _exclusive(self, timeout: float | None) -> Iterator[sqlite3.Connection]:
+        """The write connection with the whole write gate held (this
+        process's and the file's) and no transaction open: for what SQLite
+        refuses inside a transaction (VACUUM, wal_checkpoint, optimize).
+        Everything else that writes waits at the gate meanwhile."""
+        state = self._process_state()
+        me = threading.get_ident()
+        if state.writer_owner == me:
+            raise NestedWriteError(
+                "this thread holds the write gate (an enclosing db.write()); maintenance "
+                "needs it with no transaction open: run it outside the db.write() block"
+            )
+        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        state, conn = self._begin_for(state, me, limit, begin=False)
+        try:
+            yield conn
+        finally:
+            self._end(state, conn, commit=False)
+
     def _after_gate(
-        self, state: _ProcessState, start: float, deadline: float, limit: float
+        self,
+        state: _ProcessState,
+        start: float,
+        deadline: float,
+        limit: float,
+        begin: bool = True,
     ) -> sqlite3.Connection:
         """Steps 2 and 3 of the write path, the in-process gate already held:
         the cross-process queue, then BEGIN IMMEDIATE. Releases the gate on
@@ -319,7 +347,8 @@ class Database:
                 conn = state.writer
                 if conn is None:
                     raise Closed(f"database {self.path!r} is closed")
-                self._begin_immediate(state, conn, deadline, limit)
+                if begin:
+                    self._begin_immediate(state, conn, deadline, limit)
             except BaseException:
                 state.filegate.release()
                 raise
@@ -490,6 +519,41 @@ class Database:
             raise
         finally:
             self._checkin(state, conn)
+
+    # -- maintenance ----------------------------------------------------------
+    def backup(
+        self,
+        dest: str | os.PathLike[str],
+        *,
+        pages: int = 1024,
+        progress: Callable[[int, int], None] | None = None,
+        overwrite: bool = False,
+    ) -> BackupResult:
+        """An online, consistent copy at ``dest`` (one snapshot; writers go
+        on). ``progress(pages_copied, pages_total)`` after each ``pages``."""
+        return _maintenance.backup(self, dest, pages=pages, progress=progress, overwrite=overwrite)
+
+    def vacuum(
+        self,
+        *,
+        into: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
+        timeout: float | None = None,
+    ) -> VacuumResult:
+        """``VACUUM`` with the write gate held (writers wait, readers go on);
+        ``into=``: ``VACUUM INTO`` a new compact file, no gate needed."""
+        return _maintenance.vacuum(self, into=into, overwrite=overwrite, timeout=timeout)
+
+    def checkpoint(
+        self, mode: str = "PASSIVE", *, timeout: float | None = None
+    ) -> CheckpointResult:
+        """``PRAGMA wal_checkpoint(mode)`` with the write gate held; ``mode``
+        is PASSIVE, FULL, RESTART or TRUNCATE."""
+        return _maintenance.checkpoint(self, mode, timeout=timeout)
+
+    def optimize(self, *, timeout: float | None = None) -> OptimizeResult:
+        """``PRAGMA optimize`` with the write gate held."""
+        return _maintenance.optimize(self, timeout=timeout)
 
     # -- introspection ------------------------------------------------------
     def stats(self) -> dict[str, Any]:

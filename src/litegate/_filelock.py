@@ -114,7 +114,7 @@ class ProcessLock:
                 table[:8] = _MAGIC
             elif magic != _MAGIC:
                 table.close()
-                raise OSError(f"{self.path!r} is not a litegate lock file; remove it")
+                raise OSError(f"its first bytes are {bytes(magic)!r}, not litegate's")
             return table
         finally:
             fcntl.fcntl(self._fd, _SETLK, _MUTEX_UNLOCK)

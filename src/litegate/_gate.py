@@ -21,6 +21,7 @@ if it was idle.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ._checkpoint import Checkpointer
-from ._errors import NestedWriteError
+from ._errors import NestedWriteError, OpenError
 from ._fair import FairLock, QueueClosed
 from ._filelock import ProcessLock
 
@@ -98,7 +99,7 @@ class FileGate:
             if gate is not None:
                 gate._users += 1
                 return gate
-        fresh = cls(path)  # opens the lock file: I/O outside the registry lock
+        fresh = cls._new(path)  # opens the lock file: I/O outside the registry lock
         with _REGISTRY_LOCK:
             gate = _REGISTRY.get(path)
             if gate is None:
@@ -108,6 +109,37 @@ class FileGate:
         if fresh is not None:  # another thread made one first: use theirs
             fresh.plock.close()
         return gate
+
+    @classmethod
+    def _new(cls, path: str) -> FileGate:
+        """A gate on ``path``'s sidecar, or :class:`OpenError` saying what is
+        wrong with the sidecar and what to do."""
+        sidecar = path + "-litegate"
+        try:
+            return cls(path)
+        except IsADirectoryError:
+            raise OpenError(
+                f"{sidecar!r} is a directory, not litegate's lock file; move it away (litegate "
+                "creates the file itself)"
+            ) from None
+        except PermissionError as exc:
+            raise OpenError(
+                f"cannot open litegate's lock file {sidecar!r} for reading and writing ({exc}); "
+                "every process that opens the database needs write access to it and to its "
+                "directory"
+            ) from None
+        except OSError as exc:
+            if exc.errno in (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP):
+                raise OpenError(
+                    f"the filesystem of {sidecar!r} does not support open file description "
+                    f"locks ({exc}); put the database on a local filesystem (not NFS/SMB)"
+                ) from None
+            if exc.errno is None:  # ours: the file is not a litegate lock file
+                raise OpenError(
+                    f"{sidecar!r} is not a litegate lock file ({exc}); if no process uses the "
+                    "database, remove it (litegate creates it again)"
+                ) from None
+            raise OpenError(f"cannot open litegate's lock file {sidecar!r}: {exc}") from None
 
     def close(self) -> None:
         """Give back one use; the last closes the lock file."""

@@ -56,6 +56,7 @@ from ._database import (
 from ._database import connect as _connect
 from ._errors import Closed, PoolTimeout, WriteTimeout
 from ._fair import CREATE, QUEUED, HandoffQueue, QueueClosed
+from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 
 __all__ = ["AsyncDatabase", "connect"]
 
@@ -279,6 +280,26 @@ class AsyncDatabase:
         """``async with db.write() as tx``: the gate and ``BEGIN IMMEDIATE`` for
         the block; ``await tx.execute(...)``; COMMIT on exit, ROLLBACK on error."""
         return _AsyncWrite(self, timeout)
+
+    # -- maintenance ------------------------------------------------------------
+    # Long-running: on the loop's default executor, never in the pool that
+    # runs reads and writes.
+    async def backup(self, dest: Any, **kwargs: Any) -> BackupResult:
+        """:meth:`litegate.Database.backup`, off the loop (``progress`` is
+        called on that thread)."""
+        return await asyncio.to_thread(self.sync.backup, dest, **kwargs)
+
+    async def vacuum(self, **kwargs: Any) -> VacuumResult:
+        """:meth:`litegate.Database.vacuum`, off the loop."""
+        return await asyncio.to_thread(self.sync.vacuum, **kwargs)
+
+    async def checkpoint(self, mode: str = "PASSIVE", **kwargs: Any) -> CheckpointResult:
+        """:meth:`litegate.Database.checkpoint`, off the loop."""
+        return await asyncio.to_thread(self.sync.checkpoint, mode, **kwargs)
+
+    async def optimize(self, **kwargs: Any) -> OptimizeResult:
+        """:meth:`litegate.Database.optimize`, off the loop."""
+        return await asyncio.to_thread(self.sync.optimize, **kwargs)
 
     # -- the rest -------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
