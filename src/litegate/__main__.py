@@ -1,6 +1,7 @@
 """``litegate`` / ``python -m litegate``: the command line.
 
-Commands: ``bench``, the lab (``litegate bench --help``); ``web``, seed 003's
+Commands: ``doctor`` and ``top``, to look at a database in use; ``bench``,
+the lab (``litegate bench --help``); ``web``, seed 003's
 Django app (``litegate web --help``); and ``worker``, which runs a function
 over a job queue (``litegate worker --help``). The lab lives in
 :mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
@@ -28,6 +29,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "bench",
         help="run a lab experiment (the seeds); 'litegate bench --help' lists them",
+        add_help=False,
+    )
+    sub.add_parser(
+        "doctor",
+        help="a read-only report on a database, with what to do; 'litegate doctor --help'",
+        add_help=False,
+    )
+    sub.add_parser(
+        "top",
+        help="a live view of a database across processes; 'litegate top --help'",
         add_help=False,
     )
     sub.add_parser(
@@ -87,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "bench":
             return _bench(args[1:])
+        if args and args[0] in ("doctor", "top"):
+            from litegate.ops import _cli as ops_cli
+
+            main_of = ops_cli.doctor_main if args[0] == "doctor" else ops_cli.top_main
+            return main_of(args[1:])
         if args and args[0] == "web":
             return _web(args[1:])
         if args and args[0] == "worker":
