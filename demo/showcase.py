@@ -12,6 +12,7 @@ import argparse
 import multiprocessing as mp
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -87,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for p in procs:
             p.start()
+        # Halfway through: what `litegate top` shows of the file right now
+        # (it only reads shared state: the gate's ticket table, the WAL index).
+        time.sleep(args.seconds / 2)
+        print("litegate top, mid-run (3 refreshes, 0.3 s apart):")
+        subprocess.run(
+            [sys.executable, "-m", "litegate", "top", path, "--iterations", "3",
+             "--interval", "0.3"],
+            check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        print()
         results = [out.get(timeout=args.seconds + 120) for _ in procs]
         for p in procs:
             p.join()
@@ -122,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             f"WAL {s['wal_bytes'] / 1024:.0f} KiB"
         )
         print(f"PRAGMAs in force (writer): {s['pragmas']['writer']}")
+        print()
+        sys.stdout.flush()
+        # The report a user gets on the file (read-only), this process still using it.
+        subprocess.run([sys.executable, "-m", "litegate", "doctor", path], check=False)
         db.close()
         ok = totals["errors"] == 0 and total == ACCOUNTS * OPENING and check == "ok"
         return 0 if ok else 1
