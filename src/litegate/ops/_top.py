@@ -92,6 +92,8 @@ def render(view: View) -> Any:
                 f"pid {g.holder.pid or '?'}  ticket {g.holder.ticket}  "
                 f"held {1000 * (s.at - since):,.0f} ms+",
             )
+        elif g.waiting:
+            t.add_row("gate holder", "none: handing over to the first waiter")
         else:
             t.add_row("gate holder", "free")
         waiting = " ".join(f"{w.pid or '?'}" for w in g.waiting) or "-"
