@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ OK, WARN, ACTION = "ok", "warn", "action"
 # journal_size_limit keep it to: a reader that never lets go, or checkpoints
 # that cannot finish.
 WAL_LARGE = 64 * 1024 * 1024
+# How long doctor watches a gate holder to tell a long transaction.
+HOLD_PROBE = 0.25
 
 
 @dataclass
@@ -136,6 +139,18 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
         )
     mode = str(p["journal_mode"]).lower()
     want = str(PROFILES["default"]["journal_mode"]).lower()
+    per_connection = ", ".join(
+        f"{k}={v}" for k, v in PROFILES["default"].items() if k != "journal_mode"
+    )
+    add(
+        Finding(
+            "profile",
+            OK,
+            f"litegate's default profile sets journal_mode={want} in the file and, on each "
+            f"connection it opens, {per_connection} (the file keeps only the journal mode; "
+            f"auto_vacuum here is {p['auto_vacuum']}, page_size {p['page_size']})",
+        )
+    )
     if mode == want:
         add(Finding("journal mode", OK, f"journal_mode={mode}, as litegate's profiles want"))
     else:
@@ -185,6 +200,14 @@ def _lock_findings(rep: Report) -> None:
     path, add = rep.path, rep.findings.append
     sl = sqlite_locks(path)
     gate = gate_snapshot(path)
+    held_for = 0.0
+    if gate.holder is not None:
+        # One more look a moment later: the same ticket still holding means a
+        # transaction of at least that long (the table keeps no start times).
+        time.sleep(HOLD_PROBE)
+        again = gate_snapshot(path)
+        if again.holder is not None and again.holder.ticket == gate.holder.ticket:
+            held_for = HOLD_PROBE
     rep.facts["sqlite_locks"] = asdict(sl)
     rep.facts["gate"] = asdict(gate)
     if sl.writer_pids:
@@ -229,6 +252,7 @@ def _lock_findings(rep: Report) -> None:
     else:
         who = (
             f"held by ticket {gate.holder.ticket} (pid {gate.holder.pid or '?'})"
+            + (f" for at least {held_for:g} s" if held_for else "")
             if gate.holder
             else "free"
         )
@@ -236,7 +260,7 @@ def _lock_findings(rep: Report) -> None:
         add(
             Finding(
                 "litegate gate",
-                OK,
+                WARN if held_for else OK,
                 f"{who}; {len(gate.waiting)} waiting"
                 + (f": {waiting}" if waiting else "")
                 + f"; {len(gate.pids)} process(es) have it open",

@@ -106,6 +106,36 @@ def test_doctor_names_a_foreign_process_holding_the_write_lock(
     assert code == 0  # a warning, not an action
 
 
+def test_doctor_names_the_process_holding_the_gate_and_for_how_long(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with litegate.connect(db_path) as db:
+        db.execute("CREATE TABLE t (x)")
+    code = (
+        "import sys, time, litegate\n"
+        f"db = litegate.connect({db_path!r})\n"
+        "with db.write() as c:\n"
+        "    c.execute('INSERT INTO t VALUES (1)')\n"
+        "    print('holding', flush=True); sys.stdin.readline()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "holding"
+        status, text = doctor(db_path, capsys, "--no-check")
+    finally:
+        proc.communicate("go\n", timeout=30)
+    assert re.search(
+        rf"\[warn  \] litegate gate: held by ticket \d+ \(pid {proc.pid}\) for at least", text
+    ), text
+    assert f"SQLite write lock: held by pid {proc.pid} (the gate's holder)" in text
+    assert status == 0
+
+
 def test_not_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     junk = tmp_path / "notes.txt"
     junk.write_text("hello")
