@@ -271,17 +271,24 @@ class Database:
         exit, ROLLBACK on an exception. Raises :class:`WriteTimeout`."""
         return _WriteBlock(self, timeout)
 
-    def _begin(self, timeout: float | None) -> tuple[_ProcessState, sqlite3.Connection]:
+    def _begin(
+        self, timeout: float | None, *, begin: bool = True
+    ) -> tuple[_ProcessState, sqlite3.Connection]:
         state = self._process_state()
         me = threading.get_ident()
         if state.writer_owner == me:
             raise NestedWriteError(
                 "this thread already holds the write gate (an enclosing db.write()); waiting "
-                "would wait for itself. Run the statement on the connection the enclosing "
-                "db.write() gave you"
+                "would wait for itself. "
+                + (
+                    "Run the statement on the connection the enclosing db.write() gave you"
+                    if begin
+                    else "Maintenance needs the gate with no transaction open: run it "
+                    "outside the db.write() block"
+                )
             )
         limit = self.timeout if timeout is None else _positive("timeout", timeout)
-        return self._begin_for(state, me, limit)
+        return self._begin_for(state, me, limit, begin=begin)
 
     def _begin_for(
         self, state: _ProcessState, me: int, limit: float, *, begin: bool = True
@@ -311,15 +318,7 @@ class Database:
         process's and the file's) and no transaction open: for what SQLite
         refuses inside a transaction (VACUUM, wal_checkpoint, optimize).
         Everything else that writes waits at the gate meanwhile."""
-        state = self._process_state()
-        me = threading.get_ident()
-        if state.writer_owner == me:
-            raise NestedWriteError(
-                "this thread holds the write gate (an enclosing db.write()); maintenance "
-                "needs it with no transaction open: run it outside the db.write() block"
-            )
-        limit = self.timeout if timeout is None else _positive("timeout", timeout)
-        state, conn = self._begin_for(state, me, limit, begin=False)
+        state, conn = self._begin(timeout, begin=False)
         try:
             yield conn
         finally:
