@@ -128,7 +128,13 @@ def vacuum(
 ) -> VacuumResult:
     """``VACUUM`` (rebuild the file, return free pages to the filesystem)
     with the write gate held; or, with ``into=``, ``VACUUM INTO`` a new,
-    compact file from one snapshot, which needs no gate."""
+    compact file from one snapshot, which needs no gate.
+
+    In WAL mode the rebuilt pages go to the WAL first; the file on disk
+    shrinks when a checkpoint gets past every reader's snapshot. vacuum()
+    tries one at once (TRUNCATE); with readers active it may not finish,
+    and ``bytes_after`` is then still the old size until a later
+    checkpoint (litegate's checkpointer, or ``db.checkpoint("TRUNCATE")``)."""
     t0 = time.monotonic()
     if into is not None:
         target = _new_file(into, "vacuum into=", overwrite)

@@ -8,6 +8,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_backup_while_writers_run_is_a_consistent_prefix(
     steps: list[tuple[int, int]] = []
     with writers(db) as done:
         while min(done) < 5:
-            pass
+            time.sleep(0.001)
         result = db.backup(
             tmp_path / "copy.db", pages=50, progress=lambda a, b: steps.append((a, b))
         )
@@ -137,7 +138,10 @@ def test_vacuum_while_readers_and_writers_run_loses_nothing(
     assert read_errors == []
     assert result.freed_pages > 900  # the deleted rows' pages
     assert result.pages_after < result.pages_before
-    assert result.bytes_after < size_before
+    # The file itself shrinks once a checkpoint gets past every reader's
+    # snapshot: with readers running, that may be after vacuum() returned.
+    assert db.checkpoint("TRUNCATE").busy is False
+    assert os.path.getsize(db.path) < size_before
     assert into.into == str(tmp_path / "compact.db")
     with closing(sqlite3.connect(db.path)) as check:
         found = _whole_transactions(check)

@@ -41,4 +41,5 @@ def exercise(engine: str, db: str) -> dict[str, Any]:
     out["pages"] = [c.get(p).status_code for p in ("/", "/posts/5/", "/users/3/")]
     out["missing_page"] = c.get("/posts/999999/").status_code
     out["seen"] = User.objects.exclude(last_seen_at=None).count()
+    out["orphans"] = Comment.objects.exclude(post__in=Post.objects.all()).count()
     return out
