@@ -35,6 +35,14 @@ run:
 Part 3, the single-insert tail: 100,000 inserts in a row with the
 background checkpointer on; the slowest ones are matched against what
 overlapped them (a Python garbage collection, a checkpoint).
+
+Part 4, the cross-process hand-off: 2 spawned processes each run
+``--handoffs`` one-statement ``db.write()`` blocks back to back, so the gate
+alternates between them. A hand-off is the time from the last moment one
+process is inside its block to the first moment the other is inside its
+next one (so it includes the COMMIT, the release, the wake-up across
+processes and ``BEGIN IMMEDIATE``); CLOCK_MONOTONIC is shared by the
+processes. p50/p99/max in microseconds.
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +68,7 @@ import litegate.aio
 
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
-from ._stats import compare, describe, summarise
+from ._stats import compare, describe, median, summarise
 
 NAME = "micro"
 HELP = "seed 002: per-operation latency vs plain sqlite3, write throughput, insert tail"
@@ -79,7 +88,8 @@ class Config:
     async_writes: int = 20  # per task, 1,000 tasks
     thread_writes: int = 2_500  # per thread, 8 threads
     compare: tuple[str, str] | None = None
-    parts: tuple[str, ...] = ("latency", "throughput", "tail")
+    parts: tuple[str, ...] = ("latency", "throughput", "tail", "handoff")
+    handoffs: int = 2_000  # write blocks per process in the hand-off part
     noise_k: float = 2.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -418,6 +428,53 @@ def run_tail(n: int, warmup: int) -> dict[str, Any]:
 # -- the experiment --------------------------------------------------------------------
 
 
+def _handoff_child(path: str, n: int, barrier: Any, out: Any) -> None:
+    db = litegate.connect(path, readers=1, timeout=120)
+    stamps: list[tuple[float, float]] = []
+    clock = time.perf_counter  # CLOCK_MONOTONIC: one clock for every process
+    barrier.wait(60)
+    for _ in range(n):
+        with db.write() as conn:
+            first = clock()
+            conn.execute("UPDATE h SET n = n + 1")
+            last = clock()
+        stamps.append((first, last))
+    out.put((os.getpid(), stamps))
+    db.close()
+
+
+def run_handoff(n: int) -> dict[str, Any]:
+    """Part 4: 2 processes alternating the gate; hand-off latencies (us)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with fresh_dir() as d:
+        path = os.path.join(d, "handoff.db")
+        with litegate.connect(path) as db:
+            db.execute("CREATE TABLE h (n INTEGER)")
+            db.execute("INSERT INTO h VALUES (0)")
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_handoff_child, args=(path, n, barrier, out)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join(60)
+        with closing(sqlite3.connect(path)) as conn:
+            total = int(conn.execute("SELECT n FROM h").fetchone()[0])
+    blocks = sorted((first, last, pid) for pid, stamps in got for first, last in stamps)
+    gaps = [(b[0] - a[1]) * 1e6 for a, b in pairwise(blocks) if a[2] != b[2]]
+    overlaps = sum(1 for a, b in pairwise(blocks) if b[0] < a[1])
+    figures = describe(gaps)  # zeros if there were none
+    return {
+        "handoffs": len(gaps),
+        "blocks": len(blocks),
+        "committed": total,
+        "overlaps": overlaps,  # blocks that began before the previous one ended: must be 0
+        **{k: figures[k] for k in ("p50", "p90", "p99", "max")},
+    }
+
+
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     progress = progress or Progress(0)
     sides: list[tuple[str, dict[str, Any]]]
@@ -435,6 +492,8 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
         steps += cfg.runs * 3
     if "tail" in cfg.parts:
         steps += 1
+    if "handoff" in cfg.parts:
+        steps += cfg.runs
     progress.total = float(steps)
     runs: list[dict[str, Any]] = []
     for run_no in range(1, cfg.runs + 1):
@@ -462,6 +521,10 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
             t["single_thread_per_s"] = throughput_single(8 * cfg.thread_writes, "NORMAL")
             t["vs_single"] = t["litegate_per_s"] / t["single_thread_per_s"]
             one["throughput"]["threads"] = t
+            progress.advance()
+        if "handoff" in cfg.parts:
+            progress.describe(f"run {run_no}/{cfg.runs}: cross-process hand-off, 2 processes")
+            one["handoff"] = run_handoff(cfg.handoffs)
             progress.advance()
         runs.append(one)
     result: dict[str, Any] = {
@@ -605,6 +668,18 @@ def render(result: dict[str, Any]) -> str:
         )
         for s in tail["slowest"]:
             parts.append(f"   {s['us'] / 1000:7.2f} ms  overlapped: {'; '.join(s['made_of'])}")
+    hand = [r["handoff"] for r in result["runs"] if "handoff" in r]
+    if hand:
+        med = {f: median([h[f] for h in hand]) for f in ("p50", "p99", "max")}
+        parts.append("")
+        parts.append(
+            f"-- cross-process hand-off, 2 processes alternating ({what}; "
+            f"{sum(h['handoffs'] for h in hand):,} hand-offs): p50 {med['p50']:.0f} us "
+            f"(target <= 50: {'met' if med['p50'] <= 50 else 'MISSED'}), p99 "
+            f"{med['p99']:.0f} us (target <= 500: {'met' if med['p99'] <= 500 else 'MISSED'}), "
+            f"max {med['max'] / 1000:.2f} ms; overlapping blocks: "
+            f"{sum(h['overlaps'] for h in hand)} (must be 0)"
+        )
     return "\n".join(parts)
 
 
@@ -653,7 +728,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--only",
-        choices=("latency", "throughput", "tail"),
+        choices=("latency", "throughput", "tail", "handoff"),
         action="append",
         help="run only this part (repeatable)",
     )
@@ -672,6 +747,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if quick:
         cfg.ops, cfg.tail_inserts = 3_000, 20_000
         cfg.durable_writes, cfg.async_writes, cfg.thread_writes = 40, 5, 600
+        cfg.handoffs = 300
     if args.ops is not None:
         if args.ops < 100:
             raise ValueError("--ops must be at least 100")

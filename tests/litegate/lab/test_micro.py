@@ -38,7 +38,8 @@ def _args(**kw: object) -> argparse.Namespace:
 def test_config_from_args() -> None:
     cfg = micro.config_from_args(_args())
     assert cfg.ops == 3_000
-    assert cfg.parts == ("latency", "throughput", "tail")
+    assert cfg.parts == ("latency", "throughput", "tail", "handoff")
+    assert cfg.handoffs == 300
     cfg = micro.config_from_args(_args(compare=["checkpoints=true", "checkpoints=false"]))
     assert cfg.parts == ("latency",)
     with pytest.raises(ValueError, match="--ops"):
@@ -56,6 +57,7 @@ def test_tiny_run_end_to_end() -> None:
         durable_writes=2,
         async_writes=1,
         thread_writes=20,
+        handoffs=50,
     )
     result = micro.run(cfg)
     assert result["sides"] == ["sqlite3", "litegate"]
@@ -82,6 +84,14 @@ def test_tiny_run_end_to_end() -> None:
     assert "durable" in text
     assert "asyncio" in text
     assert "single-insert tail" in text
+    for run in result["runs"]:
+        hand = run["handoff"]
+        assert hand["blocks"] == 100  # 2 processes x 50 write blocks
+        assert hand["committed"] == 100  # every block's UPDATE landed
+        assert hand["overlaps"] == 0  # never two holders at once
+        assert 0 < hand["handoffs"] <= 99
+        assert 0 <= hand["p50"] <= hand["p99"] <= hand["max"]
+    assert "cross-process hand-off, 2 processes alternating" in text
 
 
 def test_compare_mode_runs_two_configurations() -> None:
