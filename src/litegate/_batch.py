@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ._busy import is_busy
 from ._errors import ConfigError
 
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
@@ -144,16 +145,18 @@ class SizeHistogram:
 
 class GroupCommit:
     """The queue and the leader protocol. ``begin(timeout)`` must return the
-    write connection inside ``BEGIN IMMEDIATE`` with the gate held, and
-    ``end(conn, commit)`` must COMMIT (raising if that fails) or ROLLBACK and
-    release the gate; ``begin_again(conn)`` re-runs ``BEGIN IMMEDIATE`` while
-    the gate is still held."""
+    write connection with the gate held and no transaction open;
+    ``begin_again(conn, timeout)`` runs ``BEGIN IMMEDIATE`` with the gate
+    held (within ``timeout``, None: the default); and
+    ``end(conn, commit)`` must COMMIT an open transaction (raising if that
+    fails) or ROLLBACK it, count an autocommit statement that committed,
+    and release the gate."""
 
     def __init__(
         self,
         begin: Callable[[float | None], sqlite3.Connection],
         end: Callable[[sqlite3.Connection, bool], None],
-        begin_again: Callable[[sqlite3.Connection], None],
+        begin_again: Callable[[sqlite3.Connection, float | None], None],
         timeout_error: Callable[[float], BaseException],
         *,
         max_batch: int,
@@ -170,6 +173,7 @@ class GroupCommit:
         self._mutex = threading.Lock()  # guards the queue and the leader flag; no I/O
         self._pending: deque[Request] = deque()
         self._leading = False
+        self._last_size = 0  # members of the last batch (1: writes come one at a time)
         self._flusher_wake = threading.Lock()
         self._flusher_wake.acquire()
         self._flusher: threading.Thread | None = None
@@ -245,6 +249,7 @@ class GroupCommit:
         ended = False
         try:
             started = time.monotonic()
+            begun = False  # BEGIN IMMEDIATE run
             live: list[Request] = []  # members whose writes are in the open transaction
             while len(batch) < self.max_batch and time.monotonic() - started < self.max_time:
                 with self._mutex:
@@ -252,9 +257,30 @@ class GroupCommit:
                     take = [self._pending.popleft() for _ in range(n)]
                     for r in take:
                         r.state = _TAKEN
+                    alone = not self._pending
                 if not take:
                     break
                 batch.extend(take)  # from here on, every outcome reaches them
+                if not begun:
+                    # One plain statement and nobody else queued: it runs as
+                    # one autocommit statement under the gate, which takes
+                    # SQLite's write lock and commits in one step; no BEGIN,
+                    # no COMMIT round trip.
+                    # Only while writes come one at a time: under contention
+                    # the BEGIN lets the next callers queue up and join.
+                    solo = alone and len(take) == 1 and self._last_size <= 1
+                    if solo and self._run_alone(conn, take[0]):
+                        ended = True
+                        done = take[0].error is None
+                        self._end(conn, done)
+                        if done:
+                            self.sizes.record(1)
+                        self._last_size = 1
+                        return
+                    # BEGIN IMMEDIATE, the gate held, within the leader's deadline.
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    self._begin_again(conn, left)
+                    begun = True
                 todo = deque(take)
                 while todo:
                     r = todo.popleft()
@@ -270,9 +296,10 @@ class GroupCommit:
                         for q in live:
                             q.result = None
                         live = []
-                        self._begin_again(conn)
+                        self._begin_again(conn, None)
             ended = True
             self._end(conn, bool(live))
+            self._last_size = len(batch)
             if live:
                 self.sizes.record(len(live))
         except BaseException as exc:
@@ -288,20 +315,49 @@ class GroupCommit:
         finally:
             self._finish(batch, me)
 
-    def _run_one(self, conn: sqlite3.Connection, r: Request, first: bool) -> None:
-        """Run one member; on failure set ``r.error`` and undo only its work
-        (the caller checks whether SQLite dropped the whole transaction)."""
+    @staticmethod
+    def _refused(r: Request) -> bool:
+        """Statements db.execute() does not run (``r.error`` says why)."""
         if r.fn is None and is_transaction_control(r.sql):
             r.error = ValueError(
                 "db.execute() runs one statement inside litegate's transaction; use "
                 "db.write() to control transactions yourself"
             )
-            return
+            return True
         if r.fn is None and r.sql.lstrip()[:6].upper() == "VACUUM":
             r.error = ConfigError(
                 "VACUUM cannot run inside a transaction, and db.execute() runs in one; use "
                 "db.vacuum() (or db.vacuum(into=path)), which takes the write gate without one"
             )
+            return True
+        return False
+
+    def _run_alone(self, conn: sqlite3.Connection, r: Request) -> bool:
+        """Run a lone plain statement in autocommit mode (the gate is held,
+        no transaction is open). False if it must run in a transaction after
+        all: ``executemany`` (its rows commit together), ``transact``
+        functions (several statements), or SQLite's write lock held by a
+        writer outside litegate (BEGIN IMMEDIATE then waits for it with the
+        busy strategy)."""
+        if r.fn is not None or r.many:
+            return False
+        if self._refused(r):
+            return True
+        try:
+            self._execute(conn, r)
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc) and not conn.in_transaction:
+                r.result = None
+                return False
+            r.error = exc
+        except Exception as exc:
+            r.error = exc
+        return True
+
+    def _run_one(self, conn: sqlite3.Connection, r: Request, first: bool) -> None:
+        """Run one member; on failure set ``r.error`` and undo only its work
+        (the caller checks whether SQLite dropped the whole transaction)."""
+        if self._refused(r):
             return
         if first:
             # No SAVEPOINT for the first member: a lone caller (the common case

@@ -98,10 +98,13 @@ class _ProcessState:
         self.reader_pragmas: dict[str, object] | None = None
         self.batcher = GroupCommit(
             lambda timeout: db._begin_for(
-                self, threading.get_ident(), db.timeout if timeout is None else timeout
+                self,
+                threading.get_ident(),
+                db.timeout if timeout is None else timeout,
+                begin=False,
             )[1],
             lambda conn, commit: db._end(self, conn, commit),
-            lambda conn: db._begin_again(self, conn),
+            lambda conn, timeout: db._begin_again(self, conn, timeout),
             db._write_timeout,
             max_batch=db.GROUP_COMMIT_MAX_STATEMENTS,
             max_time=db.GROUP_COMMIT_MAX_SECONDS,
@@ -383,9 +386,13 @@ class Database:
                 f"(busy strategy {self._busy_name!r}); find that writer or raise timeout="
             ) from None
 
-    def _begin_again(self, state: _ProcessState, conn: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE again, the gate still held (after a rollback)."""
-        self._begin_immediate(state, conn, time.monotonic() + self.timeout, self.timeout)
+    def _begin_again(
+        self, state: _ProcessState, conn: sqlite3.Connection, timeout: float | None = None
+    ) -> None:
+        """BEGIN IMMEDIATE with the gate held (the group-commit leader's, or
+        again after a rollback), within ``timeout`` (None: the default)."""
+        limit = self.timeout if timeout is None else timeout
+        self._begin_immediate(state, conn, time.monotonic() + limit, limit)
 
     def _write_timeout(self, limit: float) -> WriteTimeout:
         return WriteTimeout(
@@ -409,6 +416,9 @@ class Database:
                 else:
                     conn.execute("ROLLBACK")
                     state.rolled_back += 1
+            elif commit:  # one autocommit statement: it committed on its own
+                state.committed += 1
+                state.filegate.committed()
         finally:
             state.writer_owner = None
             state.filegate.release()

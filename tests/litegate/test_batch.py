@@ -335,3 +335,27 @@ def test_transact_from_asyncio(db_path: str) -> None:
 
     ids = asyncio.run(main())
     assert sorted(ids) == list(range(1, 51))
+
+
+def test_a_lone_statement_runs_in_autocommit_and_is_counted(db: litegate.Database) -> None:
+    """Nobody else queued: the statement runs as one autocommit statement
+    under the gate (no BEGIN/COMMIT round trips); executemany still runs in
+    one transaction (its rows commit together). Both count as commits."""
+    writer = db._process_state().writer
+    assert writer is not None
+    seen: list[str] = []
+    writer.set_trace_callback(seen.append)
+    try:
+        before = db.stats()["writes"]["committed"]
+        db.execute("INSERT INTO t(v) VALUES (1)")
+        lone = list(seen)
+        seen.clear()
+        db.executemany("INSERT INTO t(v) VALUES (?)", [(2,), (3,)])
+        many = list(seen)
+    finally:
+        writer.set_trace_callback(None)
+    assert lone == ["INSERT INTO t(v) VALUES (1)"]
+    assert many[0] == "BEGIN IMMEDIATE"
+    assert many[-1] == "COMMIT"
+    assert db.stats()["writes"]["committed"] == before + 2
+    assert db.query("SELECT v FROM t ORDER BY id") == [(1,), (2,), (3,)]
