@@ -37,23 +37,10 @@ from typing import Any
 
 from ._busy import is_busy
 from ._errors import ConfigError
+from ._statements import TX, VACUUM
+from ._statements import kind as statement_kind
 
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
-
-# Statements that would end or nest the shared transaction.
-_TX_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
-
-
-_TX_SEEN: dict[str, bool] = {}
-
-
-def is_transaction_control(sql: str) -> bool:
-    known = _TX_SEEN.get(sql)
-    if known is None:
-        known = sql.lstrip()[:9].upper().startswith(_TX_CONTROL)
-        if len(_TX_SEEN) < 4096:  # statements repeat; a bounded memo is enough
-            _TX_SEEN[sql] = known
-    return known
 
 
 def _copy_for_member(exc: BaseException) -> BaseException:
@@ -318,13 +305,16 @@ class GroupCommit:
     @staticmethod
     def _refused(r: Request) -> bool:
         """Statements db.execute() does not run (``r.error`` says why)."""
-        if r.fn is None and is_transaction_control(r.sql):
+        if r.fn is not None:
+            return False
+        what = statement_kind(r.sql)
+        if what == TX:
             r.error = ValueError(
                 "db.execute() runs one statement inside litegate's transaction; use "
                 "db.write() to control transactions yourself"
             )
             return True
-        if r.fn is None and r.sql.lstrip()[:6].upper() == "VACUUM":
+        if what == VACUUM:
             r.error = ConfigError(
                 "VACUUM cannot run inside a transaction, and db.execute() runs in one; use "
                 "db.vacuum() (or db.vacuum(into=path)), which takes the write gate without one"

@@ -28,6 +28,8 @@ from django.db.utils import OperationalError
 from .. import _profiles
 from .._errors import ConfigError, Error, WriteTimeout
 from .._gate import FileGate, drop_after_fork
+from .._statements import VACUUM, WRITE
+from .._statements import kind as statement_kind
 from .creation import DatabaseCreation
 
 
@@ -73,17 +75,10 @@ def read_only(using: str | None = None) -> Iterator[None]:
         conn.litegate_read_only = False
 
 
-# Statements that never need SQLite's write lock: they take no gate in
-# autocommit mode. Everything else (INSERT, UPDATE, DELETE, REPLACE, DDL,
-# WITH … which may write, VACUUM) does.
-_READS = ("SELECT", "PRAGMA", "EXPLAIN", "VALUES")
-# Transaction control sent as raw SQL: left alone (the gate follows atomic()).
-_TX = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
-
-
 def _needs_gate(sql: str) -> bool:
-    head = sql.lstrip()[:9].upper()
-    return not head.startswith(_READS) and not head.startswith(_TX)
+    """A write in autocommit mode takes the gate; reads and transaction
+    control sent as raw SQL (the gate follows atomic()) do not."""
+    return statement_kind(sql) in (WRITE, VACUUM)
 
 
 class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
