@@ -67,6 +67,38 @@ _SLOT_LOCK = [_flock(fcntl.F_WRLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 _SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 
 
+STATE_NAMES = {WAITING: "waiting", HOLDING: "holding", DONE: "done", ABANDONED: "abandoned"}
+
+
+def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
+    """The ticket table of lock file ``path``, read without taking part:
+    no lock taken, nothing written (for ``litegate doctor`` / ``top``).
+    Returns (next ticket, [(ticket, slot, state name)] of the live tickets,
+    oldest first), None if the file is not a litegate lock file; OSError
+    if it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        table = os.pread(fd, _SIZE, 0)
+    finally:
+        os.close(fd)
+    if table[:8] != _MAGIC or len(table) < _SIZE:
+        return None
+    nxt = int(struct.unpack_from("<Q", table, 8)[0])
+    live = []
+    for t in range(max(0, nxt - SLOTS), nxt):
+        slot = t % SLOTS
+        tk, st = _STATE.unpack_from(table, _HEADER + slot * _STATE.size)
+        if tk == t and st in STATE_NAMES:
+            live.append((t, slot, STATE_NAMES[st]))
+    return nxt, live
+
+
+def slot_of_lock(offset: int) -> int | None:
+    """The slot whose lock sits at byte ``offset`` of a lock file (as
+    /proc shows locks), None for the ticket-counter mutex."""
+    return offset - _SLOT_LOCK_BASE if _SLOT_LOCK_BASE <= offset < _SLOT_LOCK_BASE + SLOTS else None
+
+
 class TooManyWaiters(RuntimeError):
     pass
 

@@ -10,19 +10,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from .._filelock import (
-    _HEADER,
-    _MAGIC,
-    _SLOT_LOCK_BASE,
-    _STATE,
-    ABANDONED,
-    DONE,
-    HOLDING,
-    SLOTS,
-    WAITING,
-)
-
-STATE_NAMES = {WAITING: "waiting", HOLDING: "holding", DONE: "done", ABANDONED: "abandoned"}
+from .._filelock import read_queue, slot_of_lock
 
 # SQLite's locks (os_unix.c, wal.c): in WAL mode, byte 120 of the -shm file
 # is the write lock, 121 the checkpointer's, 123..127 the read marks; in
@@ -178,35 +166,28 @@ def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
             for line in info:
                 if line.startswith("lock:"):
                     lk = _parse_lock(line.split("\t", 1)[1])
-                    if lk is not None and lk.start >= _SLOT_LOCK_BASE and not lk.blocked:
-                        owners[lk.start - _SLOT_LOCK_BASE] = pid
+                    slot = None if lk is None or lk.blocked else slot_of_lock(lk.start)
+                    if slot is not None:
+                        owners[slot] = pid
     return owners, sorted(pids)
 
 
 def gate_snapshot(path: str) -> GateSnapshot:
     sidecar = path + "-litegate"
     try:
-        fd = os.open(sidecar, os.O_RDONLY | os.O_CLOEXEC)
+        table = read_queue(sidecar)
     except OSError:
         return GateSnapshot(sidecar=False, valid=False)
-    try:
-        table = os.pread(fd, _HEADER + SLOTS * _STATE.size, 0)
-    finally:
-        os.close(fd)
-    if table[:8] != _MAGIC or len(table) < _HEADER + SLOTS * _STATE.size:
+    if table is None:
         return GateSnapshot(sidecar=True, valid=False)
-    nxt = int(struct.unpack_from("<Q", table, 8)[0])
+    nxt, live = table
     owners, pids = _slot_owners(sidecar)
     snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, pids=pids)
-    for t in range(max(0, nxt - SLOTS), nxt):
-        slot = t % SLOTS
-        tk, st = _STATE.unpack_from(table, _HEADER + slot * _STATE.size)
-        if tk != t:
-            continue
-        if st == HOLDING:
-            snap.holder = Ticket(t, "holding", owners.get(slot))
-        elif st == WAITING:
-            snap.waiting.append(Ticket(t, "waiting", owners.get(slot)))
+    for t, slot, state in live:
+        if state == "holding":
+            snap.holder = Ticket(t, state, owners.get(slot))
+        elif state == "waiting":
+            snap.waiting.append(Ticket(t, state, owners.get(slot)))
     return snap
 
 
