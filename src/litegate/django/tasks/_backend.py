@@ -207,8 +207,6 @@ def result_from_row(row: Any, result_id: str, alias: str) -> Any:
     """A TaskResult from a row of ``_store.SELECT``."""
     state, body, created_at, last_error, queue = row[:5]
     r_status, r_value, r_errors, r_workers, started, attempted, finished = row[5:]
-    payload = json.loads(body)
-    task = _task(payload, queue, alias)
     errors = _store.errors_of(r_errors)
     if state in _QUEUE_STATES:
         status = _QUEUE_STATES[state]
@@ -218,23 +216,54 @@ def result_from_row(row: Any, result_id: str, alias: str) -> Any:
         status = TaskResultStatus.FAILED
         if r_status in (None, "RUNNING"):
             errors.append((_store.WORKER_LOST, last_error or "no attempts left"))
-    result = TaskResult(
-        task=task,
-        id=result_id,
-        status=status,
-        enqueued_at=_when(created_at),
-        started_at=_when(started),
-        last_attempted_at=_when(attempted),
-        finished_at=_when(finished) if status in _FINAL else None,
-        args=payload["args"],
-        kwargs=payload["kwargs"],
-        backend=payload.get("backend", alias),
-        errors=[TaskError(exception_class_path=p, traceback=t) for p, t in errors],
+    result = build_result(
+        json.loads(body),
+        result_id,
+        queue,
+        alias,
+        status,
+        errors=errors,
         worker_ids=json.loads(r_workers or "[]"),
+        enqueued_at=created_at,
+        started_at=started,
+        last_attempted_at=attempted,
+        finished_at=finished if status in _FINAL else None,
     )
     if status == TaskResultStatus.SUCCESSFUL and r_value is not None:
         object.__setattr__(result, "_return_value", json.loads(r_value))
     return result
+
+
+def build_result(
+    payload: dict[str, Any],
+    result_id: str,
+    queue: str,
+    alias: str,
+    status: Any,
+    *,
+    errors: list[tuple[str, str]] | None = None,
+    worker_ids: list[str] | None = None,
+    enqueued_at: float | None = None,
+    started_at: float | None = None,
+    last_attempted_at: float | None = None,
+    finished_at: float | None = None,
+) -> Any:
+    """A TaskResult from a job's payload (as enqueued) and what is known of
+    its attempts; times are epoch seconds."""
+    return TaskResult(
+        task=_task(payload, queue, alias),
+        id=result_id,
+        status=status,
+        enqueued_at=_when(enqueued_at),
+        started_at=_when(started_at),
+        last_attempted_at=_when(last_attempted_at),
+        finished_at=_when(finished_at),
+        args=payload["args"],
+        kwargs=payload["kwargs"],
+        backend=payload.get("backend", alias),
+        errors=[TaskError(exception_class_path=p, traceback=t) for p, t in errors or []],
+        worker_ids=list(worker_ids or []),
+    )
 
 
 _FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)

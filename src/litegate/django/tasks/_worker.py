@@ -18,7 +18,7 @@ from django.db import close_old_connections, connections
 from ...queue import Job, Queue, Worker
 from . import _store
 from ._api import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
-from ._backend import TaskBackend, result_from_row
+from ._backend import TaskBackend, build_result
 
 
 def backend_for(alias: str) -> TaskBackend:
@@ -118,11 +118,14 @@ class _Runner:
 
     def _result(self, job: Job) -> Any:
         """The TaskResult as the task sees it (RUNNING), without a read."""
-        body = json.dumps(job.payload)
-        row = (1, body, None, None, job.queue, "RUNNING", None, "[]", "[]", None, None, None)
-        result = result_from_row(row, str(job.id), self.backend.alias)
-        result.worker_ids.append(self.worker_id)
-        return result
+        return build_result(
+            job.payload,
+            str(job.id),
+            job.queue,
+            self.backend.alias,
+            TaskResultStatus.RUNNING,
+            worker_ids=[self.worker_id],
+        )
 
     def _signal(self, result: Any, status: Any, value: Any = None) -> None:
         if result is None:
