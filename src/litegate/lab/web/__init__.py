@@ -147,10 +147,20 @@ def _seed(path: str) -> None:
     )  # fmt: skip
 
 
-def _count(log: Path, start: int, needle: str) -> int:
+_LOCKED = b"django.db.utils.OperationalError: database is locked"
+_SERVER_ERROR = b"Internal Server Error:"
+
+
+def _count(log: Path, start: int) -> tuple[int, int]:
+    """Lines of the server's log from ``start`` on: ("database is locked"
+    errors, 500 tracebacks), in one pass."""
+    locked = errors = 0
     with open(log, "rb") as f:
         f.seek(start)
-        return sum(1 for line in f if line.startswith(needle.encode()))
+        for line in f:
+            locked += line.startswith(_LOCKED)
+            errors += line.startswith(_SERVER_ERROR)
+    return locked, errors
 
 
 def _cell(cfg: Config, engine: str, db: str, log: Path, mix: str, n: int) -> dict[str, Any]:
@@ -161,13 +171,14 @@ def _cell(cfg: Config, engine: str, db: str, log: Path, mix: str, n: int) -> dic
         cpu = srv.cpu_seconds() - cpu0
         code = srv.stop()
     responses = max(1, summary.responses)
+    locked, server_errors = _count(log, start)
     return {
         "engine": engine,
         "mix": mix,
         "c": n,
         "hey": summary.as_dict(),
-        "locked": _count(log, start, "django.db.utils.OperationalError: database is locked"),
-        "server_errors": _count(log, start, "Internal Server Error:"),
+        "locked": locked,
+        "server_errors": server_errors,
         "cpu_s": cpu,
         "cpu_ms_per_request": 1000.0 * cpu / responses,
         "server_exit": code,
