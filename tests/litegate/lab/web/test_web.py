@@ -83,7 +83,10 @@ def test_serve_answers_hey_without_500s_and_stops_on_sigterm(seeded: Path, tmp_p
         summary, raw = _hey.run(hey, f"{srv.url}/benchmarking/balanced", 8, 2.0)
         code = srv.stop()
     assert summary.responses > 50, raw
-    assert set(summary.statuses) == {200}, raw  # no 500 on litegate
+    assert 500 not in summary.statuses, raw  # no 500 on litegate
+    # A 404 is the app's own answer, not an error: a write's redirect to a
+    # post that another request deleted meanwhile (the seed saw it too).
+    assert set(summary.statuses) <= {200, 404}, raw
     assert summary.errors == {}
     assert code == 0  # SIGTERM: gunicorn's graceful stop
     assert "database is locked" not in log.read_text()
