@@ -86,6 +86,7 @@ from litegate._busy import STRATEGIES, retry_busy
 
 from . import _stats
 from ._args import csv as _csv
+from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
 
@@ -525,13 +526,7 @@ def run_cell(
                 break
         t_collected = time.monotonic()
         done.fire()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
-        results.join_thread()
+        reap(procs, results, timeout=10)
         res.rows_found = _count_rows(path)
 
     records: list[dict[str, Any]] = []

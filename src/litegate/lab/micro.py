@@ -66,6 +66,7 @@ from typing import Any
 import litegate
 import litegate.aio
 
+from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
 from ._stats import compare, describe, median, summarise
@@ -458,8 +459,7 @@ def run_handoff(n: int) -> dict[str, Any]:
         for p in procs:
             p.start()
         got = [out.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join(60)
+        reap(procs, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:
             total = int(conn.execute("SELECT n FROM h").fetchone()[0])
     blocks = sorted((first, last, pid) for pid, stamps in got for first, last in stamps)

@@ -19,6 +19,7 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from .. import _stats
+from .._procs import reap
 from .._progress import Progress
 from ._child import Role, Spec, child_main
 from ._config import Config
@@ -243,13 +244,7 @@ def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, A
         sampler.stop()  # before the processes close their connections (which may
         wal_final = sampler.size()  # checkpoint and remove the -wal file)
         all_done.set()
-        for p in procs:
-            p.join(timeout=15)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
-        results.join_thread()
+        reap(procs, results, timeout=15)
         try:
             left = remaining(cell.side, path, cell.profile)
         except Exception as exc:
