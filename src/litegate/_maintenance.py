@@ -104,7 +104,7 @@ def backup(
         raise ConfigError("the backup destination is the database itself; pick another path")
     t0 = time.monotonic()
     with (
-        closing(sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)) as src,
+        closing(sqlite3.connect(db.path, isolation_level=None)) as src,
         closing(sqlite3.connect(target, isolation_level=None)) as dst,
     ):
         src.execute("PRAGMA query_only = 1")
