@@ -11,7 +11,7 @@ HEY    := .tools/bin/hey
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web,ops]'
+	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web,ops,postgres]'
 	touch $(STAMP)
 
 $(HEY):

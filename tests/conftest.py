@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,45 @@ def gate_held_by_another_thread(db: litegate.Database) -> Iterator[None]:
     finally:
         leave.set()
         t.join()
+
+
+# -- PostgreSQL: one throwaway server for the whole run -------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A PostgreSQL 15 server of our own (Unix socket, fsync off), started
+    once and removed at the end. Skipped, with how to get the binaries, on
+    a machine without them."""
+    from litegate.lab._pgserver import MISSING_HELP, PgServer, PgUnavailable, find_bindir
+
+    if find_bindir() is None:
+        pytest.skip(MISSING_HELP)
+    try:
+        server = PgServer().start()
+    except PgUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server: Any) -> str:
+    """The superuser URL of a database made for this run's queue tests."""
+    url: str = pg_server.create_database("queue_tests")
+    return url
+
+
+@pytest.fixture
+def pg_empty(pg_url: str) -> str:
+    """``pg_url``, with the queue's table emptied (ids start again at 1)."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "DO $$ BEGIN IF to_regclass('litegate_jobs') IS NOT NULL THEN "
+            "TRUNCATE litegate_jobs RESTART IDENTITY; END IF; END $$"
+        )
+    return pg_url

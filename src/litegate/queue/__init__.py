@@ -18,13 +18,22 @@ runs a function over a queue. See the README's Queue section.
 """
 
 from ._core import STATES, Also, Job, JobInfo
-from ._errors import DuplicateJob, JobNotFound, LeaseLost, PayloadError, QueueError
+from ._errors import (
+    CommitUnknown,
+    DuplicateJob,
+    JobNotFound,
+    LeaseLost,
+    PayloadError,
+    QueueError,
+    ServerUnavailable,
+)
 from ._queue import Queue, put_on
 from ._worker import HandlerError, Worker, pass_job
 
 __all__ = [
     "STATES",
     "Also",
+    "CommitUnknown",
     "DuplicateJob",
     "HandlerError",
     "Job",
@@ -34,6 +43,7 @@ __all__ = [
     "PayloadError",
     "Queue",
     "QueueError",
+    "ServerUnavailable",
     "Worker",
     "pass_job",
     "put_on",

@@ -47,10 +47,12 @@ class Tx(NamedTuple):
 
 
 class Query(NamedTuple):
-    """Run one read statement through the reader pool; its rows come back."""
+    """Run one read statement through the reader pool; its rows come back.
+    Parameters go by name (``:queue`` in SQLite, ``%(queue)s`` in
+    PostgreSQL); a statement uses the ones it needs."""
 
     sql: str
-    params: tuple[Any, ...]
+    params: dict[str, Any]
 
 
 Step = Generator[Tx | Query, Any, R]
@@ -103,7 +105,10 @@ class JobInfo:
     done_at: float | None
 
 
-def _info(row: Sequence[Any], now: float) -> JobInfo:
+def _info(row: Sequence[Any]) -> JobInfo:
+    # A store may add its clock as a 14th column (PostgreSQL: the server's),
+    # by which a waiting job is "ready" or "scheduled"; else the host's.
+    now = row[13] if len(row) > 13 else time.time()
     state = row[2]
     name = _STATE_NAMES.get(state) or ("ready" if row[4] <= now else "scheduled")
     return JobInfo(
@@ -282,7 +287,7 @@ class Core:
         """When the next job can be claimed (epoch seconds; in the past if one
         can be now), None if the queue has nothing waiting or leased. A read:
         waiting claimers ask this before they take the write gate."""
-        rows = yield Query(self.store.NEXT_DUE, (self.name,))
+        rows = yield Query(self.store.NEXT_DUE, {"queue": self.name, "now": time.time()})
         due = rows[0][0]
         return None if due is None else float(due)
 
@@ -384,23 +389,22 @@ class Core:
     # -- looking ----------------------------------------------------------------
     def get(self, jid: int) -> Step[JobInfo]:
         jid = _whole("job id", jid, minimum=None)
-        rows = yield Query(self.store.SELECT_JOB, (jid,))
+        rows = yield Query(self.store.SELECT_JOB, {"id": jid})
         if not rows or rows[0][1] != self.name:
             raise JobNotFound(
                 f"no job {jid} in queue {self.name!r} (never put, purged, or in another queue)",
                 [jid],
             )
-        return _info(rows[0], time.time())
+        return _info(rows[0])
 
     def counts(self) -> Step[dict[str, int]]:
-        rows = yield Query(self.store.COUNTS, (self.name, time.time()))
+        rows = yield Query(self.store.COUNTS, {"queue": self.name, "now": time.time()})
         return dict(zip(STATES, (int(v) for v in rows[0]), strict=True))
 
     def dead(self, limit: int) -> Step[list[JobInfo]]:
         limit = _whole("limit", limit, minimum=1)
-        rows = yield Query(self.store.SELECT_DEAD, (self.name, limit))
-        now = time.time()
-        return [_info(r, now) for r in rows]
+        rows = yield Query(self.store.SELECT_DEAD, {"queue": self.name, "limit": limit})
+        return [_info(r) for r in rows]
 
     def retry_dead(self, ids: Iterable[int] | None) -> Step[int]:
         wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._errors import Error
+from .._errors import Error, OpenError
 
 
 class QueueError(Error):
@@ -48,3 +48,15 @@ class DuplicateJob(QueueError):
 class PayloadError(QueueError, TypeError):
     """A payload that JSON cannot encode (a set, bytes, an object, NaN).
     Nothing was stored."""
+
+
+class ServerUnavailable(QueueError, OpenError):
+    """PostgreSQL cannot be reached: at open, or for longer than the queue's
+    ``reconnect`` seconds later (a shorter outage is ridden out: calls retry
+    on new connections). Nothing was changed by the call that raised it."""
+
+
+class CommitUnknown(QueueError):
+    """The connection to PostgreSQL broke while a transaction was being
+    committed: it may or may not have been. Look (``q.get``, ``q.counts``,
+    a dedupe ``key=`` on ``put``) before doing it again."""

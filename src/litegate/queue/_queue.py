@@ -11,9 +11,11 @@ from typing import Any
 
 from .._database import Database, connect
 from .._errors import ConfigError
+from . import _postgres
 from . import _sqlite as sql
 from ._core import Also, Core, Job, JobInfo, Step, _seconds, drive
 from ._errors import LeaseLost
+from ._pgdb import PgDatabase, PgWaker, is_url
 from ._waker import Waker
 
 # How often a waiting claimer looks for commits from other processes.
@@ -39,14 +41,30 @@ class Stats:
 
 
 def open_db(db: Any, what: str) -> tuple[Any, bool]:
-    """``db`` as given, or opened from a path (then the queue owns it)."""
+    """``db`` as given, or opened (then the queue owns it): a path opens a
+    litegate database; a ``postgresql://`` URL or a psycopg_pool
+    ConnectionPool, a pool for the PostgreSQL store."""
+    if is_url(db):
+        return PgDatabase(db), True
     if isinstance(db, (str, os.PathLike)):
         return connect(db), True
-    if not isinstance(db, Database):
-        raise ConfigError(
-            f"{what} takes a litegate.Database (litegate.connect(path)) or a path, got {db!r}"
-        )
-    return db, False
+    if isinstance(db, (Database, PgDatabase)):
+        return db, False
+    if type(db).__module__.split(".")[0] == "psycopg_pool":
+        return PgDatabase(pool=db), True  # ours to close; the pool stays the caller's
+    raise ConfigError(
+        f"{what} takes a litegate.Database (litegate.connect(path)), a path, a "
+        f"postgresql:// URL or a psycopg_pool.ConnectionPool; got {db!r}"
+    )
+
+
+def store_and_waker(db: Any, name: str, poll: float) -> tuple[Any, Any]:
+    """The SQL and the claim waker for the database behind ``db`` (a litegate
+    or a PgDatabase, or an asyncio wrapper of one, which has ``.sync``)."""
+    sync = getattr(db, "sync", db)
+    if isinstance(sync, PgDatabase):
+        return _postgres, PgWaker(sync, name)
+    return sql, Waker(sync.path, poll)
 
 
 class QueueFace:
@@ -56,12 +74,11 @@ class QueueFace:
 
     KIND = "litegate.queue.Queue"
 
-    def _setup(
-        self, name: str, path: str, retry_base: float, retry_max: float, poll: float
-    ) -> None:
-        self._core = Core(name, retry_base=retry_base, retry_max=retry_max)
-        self._waker = Waker(path, _seconds("poll", poll, zero_ok=False))
-        self._path = path
+    def _setup(self, name: str, db: Any, retry_base: float, retry_max: float, poll: float) -> None:
+        poll = _seconds("poll", poll, zero_ok=False)
+        store, self._waker = store_and_waker(db, name, poll)
+        self._core = Core(name, retry_base=retry_base, retry_max=retry_max, store=store)
+        self._path = getattr(db, "sync", db).path
         self.name = name
         self.stats_counters = Stats()
         self._closed = False
@@ -138,13 +155,13 @@ class Queue(QueueFace):
     ) -> None:
         self.db, self._owns_db = open_db(db, "Queue")
         try:
-            self._setup(name, self.db.path, retry_base, retry_max, poll)
+            self._setup(name, self.db, retry_base, retry_max, poll)
         except BaseException:
             if self._owns_db:
                 self.db.close()
             raise
         try:
-            self.db.transact(sql.create_schema)
+            self.db.transact(self._core.store.create_schema)
         except BaseException:
             self.close()
             raise

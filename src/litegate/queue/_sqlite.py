@@ -159,9 +159,9 @@ RETURNING id, payload, attempts, priority, run_at, max_attempts
 
 NEXT_DUE = f"""
 SELECT min(t) FROM (
-    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = ?1 AND state = 0
+    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = :queue AND state = 0
     UNION ALL
-    SELECT min(lease_until) FROM {TABLE} WHERE queue = ?1 AND state = 1
+    SELECT min(lease_until) FROM {TABLE} WHERE queue = :queue AND state = 1
 )
 """
 
@@ -324,20 +324,21 @@ def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit
     return conn.execute(_PURGE[state], (queue, before, limit)).rowcount
 
 
-# -- reads (through the reader pool) ------------------------------------------
+# -- reads (through the reader pool; parameters by name: queue, id, limit, now) -
 
 COLUMNS = (
     "id, queue, state, priority, run_at, payload, attempts, max_attempts, lease_until, key, "
     "last_error, created_at, done_at"
 )
-SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = ?"
+SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = :id"
 SELECT_DEAD = (
-    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = ? AND state = 3 ORDER BY done_at DESC LIMIT ?"
+    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
+    "ORDER BY done_at DESC LIMIT :limit"
 )
 COUNTS = f"""
-SELECT (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at <= ?2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 0 AND run_at > ?2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 1),
-       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = ?1 AND state = 3)
+SELECT (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 0 AND run_at <= :now),
+       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 0 AND run_at > :now),
+       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 1),
+       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 2),
+       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 3)
 """

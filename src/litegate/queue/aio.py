@@ -29,9 +29,9 @@ from .._database import Database
 from .._errors import ConfigError
 from ..aio import AsyncDatabase
 from ..aio import connect as _aio_connect
-from . import _sqlite as sql
 from ._core import Also, Job, JobInfo, Query, Step, Tx, _seconds
 from ._errors import LeaseLost
+from ._pgdb import AsyncPgDatabase, PgDatabase, is_url
 from ._queue import DEFAULT_POLL, QueueFace
 
 __all__ = ["Queue"]
@@ -47,7 +47,7 @@ class Queue(QueueFace):
 
     def __init__(
         self,
-        db: AsyncDatabase | Database,
+        db: AsyncDatabase | Database | PgDatabase | AsyncPgDatabase,
         name: str = "default",
         *,
         retry_base: float = 1.0,
@@ -56,13 +56,16 @@ class Queue(QueueFace):
     ) -> None:
         if isinstance(db, Database):
             db = AsyncDatabase(db)
-        if not isinstance(db, AsyncDatabase):
+        elif isinstance(db, PgDatabase):
+            db = AsyncPgDatabase(db)
+        if not isinstance(db, (AsyncDatabase, AsyncPgDatabase)):
             raise ConfigError(
                 "aio.Queue takes a litegate.aio.AsyncDatabase (await litegate.aio.connect(path))"
-                f"; to open a path use 'await aio.Queue.open(path)'. Got {db!r}"
+                "; to open a path or a postgresql:// URL use 'await aio.Queue.open(path)'. "
+                f"Got {db!r}"
             )
         self.db = db
-        self._setup(name, db.sync.path, retry_base, retry_max, poll)
+        self._setup(name, db, retry_base, retry_max, poll)
         self._owns_db = False
         self._schema_ready = False
         self._background: set[asyncio.Task[None]] = set()  # releases after a cancel
@@ -73,7 +76,12 @@ class Queue(QueueFace):
     ) -> Queue:
         """Open the database at ``path`` (``litegate.connect``'s defaults) and
         the queue ``name`` in it; ``close()`` closes both."""
-        adb = await _aio_connect(path)
+        adb: AsyncDatabase | AsyncPgDatabase
+        if is_url(path):
+            loop = asyncio.get_running_loop()
+            adb = AsyncPgDatabase(await loop.run_in_executor(None, PgDatabase, str(path)))
+        else:
+            adb = await _aio_connect(path)
         try:
             q = cls(adb, name, **kwargs)
             await q._ensure_schema()
@@ -86,7 +94,8 @@ class Queue(QueueFace):
     # -- plumbing -----------------------------------------------------------------
     async def _ensure_schema(self) -> None:
         if not self._schema_ready:
-            await self.db.transact(sql.create_schema)  # idempotent; a race costs one no-op
+            # idempotent; a race costs one no-op
+            await self.db.transact(self._core.store.create_schema)
             self._schema_ready = True
 
     async def _run(self, step: Step[Any]) -> Any:

@@ -1,9 +1,11 @@
 """The queue's guarantees are one suite run on every face and backend.
 
-``make_queue`` opens a queue on the database at ``db_path``. Its ``face``
-parameter runs the suite over the sync :class:`litegate.queue.Queue` and over
-:class:`litegate.queue.aio.Queue` (driven from a private event loop, so the
-tests read the same). A PostgreSQL backend will join the parameters.
+``make_queue`` opens a queue. Its parameters run the suite over both faces,
+the sync :class:`litegate.queue.Queue` and :class:`litegate.queue.aio.Queue`
+(driven from a private event loop, so the tests read the same), and over
+both backends: SQLite (the file at ``db_path``) and PostgreSQL (a throwaway
+server, see ``pg_url`` in tests/conftest.py; each test starts on an empty
+table).
 """
 
 from __future__ import annotations
@@ -51,16 +53,26 @@ class SyncOverAsync:
 MakeQueue = Callable[..., Any]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def queue_db(request: pytest.FixtureRequest, db_path: str) -> str:
+    """Where a queue lives: a SQLite path, or the URL of an empty PostgreSQL
+    database."""
+    if request.param == "sqlite":
+        return db_path
+    url: str = request.getfixturevalue("pg_empty")
+    return url
+
+
 @pytest.fixture(params=["sync", "aio"])
-def make_queue(request: pytest.FixtureRequest, db_path: str) -> Iterator[MakeQueue]:
+def make_queue(request: pytest.FixtureRequest, queue_db: str) -> Iterator[MakeQueue]:
     opened: list[Any] = []
 
     def make(name: str = "default", **kwargs: Any) -> Any:
         q: Any
         if request.param == "sync":
-            q = Queue(db_path, name, **kwargs)
+            q = Queue(queue_db, name, **kwargs)
         else:
-            q = SyncOverAsync(db_path, name, **kwargs)
+            q = SyncOverAsync(queue_db, name, **kwargs)
         opened.append(q)
         return q
 

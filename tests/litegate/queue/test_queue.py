@@ -23,6 +23,7 @@ from litegate.queue import (
     Queue,
     _core,
 )
+from litegate.queue._pgdb import PgDatabase
 from tests.litegate.queue.conftest import MakeQueue
 
 
@@ -543,9 +544,13 @@ def test_ids_are_never_reused_after_a_purge(make_queue: MakeQueue) -> None:
     q = make_queue()
     ids = q.put_many(range(5))
     q.ack_many(q.claim(n=5))
-    # Everything is done, but the newest row stays: it holds the largest id.
-    assert q.purge(done_before=time.time() + 1) == 4
-    assert q.counts()["done"] == 1
+    if isinstance(q.db, PgDatabase):
+        # An identity column never hands an id out twice: all can go.
+        assert q.purge(done_before=time.time() + 1) == 5
+    else:
+        # Everything is done, but the newest row stays: it holds the largest id.
+        assert q.purge(done_before=time.time() + 1) == 4
+        assert q.counts()["done"] == 1
     assert q.put("new") == ids[-1] + 1
     assert q.put_many(["a", "b"]) == [ids[-1] + 2, ids[-1] + 3]
 
@@ -558,7 +563,7 @@ def test_every_hot_statement_uses_an_index(db_path: str) -> None:
     q = Queue(db_path)
     q.close()
     conn = sqlite3.connect(db_path)
-    statements = [
+    statements: list[tuple[str, Any]] = [
         (_sqlite._SWEEP, (1.0, "q")),
         (_sqlite._CLAIM, (1, 2.0, "q", 1.0, 10)),
         (_sqlite._ACK, (1.0, 1, 1)),
@@ -566,9 +571,9 @@ def test_every_hot_statement_uses_an_index(db_path: str) -> None:
         (_sqlite._EXTEND, (1.0, 1, 1)),
         (_sqlite._PURGE[2], ("q", 1.0, 10)),
         (_sqlite._PURGE[3], ("q", 1.0, 10)),
-        (_sqlite.SELECT_DEAD, ("q", 10)),
-        (_sqlite.COUNTS, ("q", 1.0)),
-        (_sqlite.NEXT_DUE, ("q",)),
+        (_sqlite.SELECT_DEAD, {"queue": "q", "limit": 10}),
+        (_sqlite.COUNTS, {"queue": "q", "now": 1.0}),
+        (_sqlite.NEXT_DUE, {"queue": "q"}),
     ]
     for sql, params in statements:
         plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))

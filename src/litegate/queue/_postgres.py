@@ -1,0 +1,400 @@
+"""The queue's SQL on PostgreSQL: the twin of ``_sqlite.py``.
+
+Same functions, same arguments, same results, so the queue's logic
+(``_core.py``) drives either store unchanged. What differs is the database's
+own way of doing each thing:
+
+- Claims take rows with ``FOR UPDATE SKIP LOCKED``: concurrent claimers on
+  other connections (other processes, other hosts) never wait for each other
+  and never get the same job.
+- Every time a job is stamped with (run_at, lease_until, done_at, created_at)
+  comes from the server's clock (``now()``, the transaction's start), never a
+  host's: workers on several machines agree on when a lease ends. The
+  logic's host times are turned into offsets (a delay, a lease length).
+- Inserts and state changes that make work claimable send
+  ``NOTIFY litegate_jobs, '<queue name>'`` in the same transaction, so idle
+  claimers wake when it commits (``_pgdb.PgWaker``) instead of polling.
+- Payloads are ``jsonb`` (queryable by the application); times are
+  ``timestamptz``; reads turn them into epoch seconds, as SQLite stores them.
+
+Functions run inside a transaction ``PgDatabase.transact`` opened, in
+pipeline mode: they read their results with ``fetchall``/``fetchone`` (which
+syncs the pipeline), never ``rowcount`` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ConfigError
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken
+
+__all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
+
+SCHEMA_VERSION = 1
+
+TABLE = "litegate_jobs"
+CHANNEL = "litegate_jobs"
+
+# Every job read converts its times with this: epoch seconds, as floats.
+_EPOCH = "extract(epoch FROM {})::float8"
+
+
+def _epoch(column: str) -> str:
+    return _EPOCH.format(column)
+
+
+# Version n's statements, applied in order to a database at version n - 1.
+# - fillfactor 80: a claim, an ack and a sweep each rewrite the row; free
+#   room in the page lets PostgreSQL keep the new version on the same page.
+# - autovacuum at 2 % of the table instead of 20 %: a hot queue turns dead
+#   row versions over fast, and a bloated ready index slows every claim.
+# - The partial indexes are SQLite's: finished jobs leave the claim and
+#   lease indexes, so a table full of done jobs does not slow claims down.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        f"""
+        CREATE TABLE {TABLE} (
+            id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            queue        text        NOT NULL,
+            state        smallint    NOT NULL,
+            priority     bigint      NOT NULL,
+            run_at       timestamptz NOT NULL,
+            payload      jsonb       NOT NULL,
+            attempts     integer     NOT NULL DEFAULT 0,
+            max_attempts bigint      NOT NULL,
+            lease_until  timestamptz,
+            token        bigint,
+            key          text,
+            last_error   text,
+            created_at   timestamptz NOT NULL,
+            done_at      timestamptz
+        ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02,
+                autovacuum_analyze_scale_factor = 0.02)
+        """,
+        f"CREATE INDEX {TABLE}_ready ON {TABLE} (queue, priority DESC, run_at, id) WHERE state = 0",
+        f"CREATE INDEX {TABLE}_leased ON {TABLE} (queue, lease_until) WHERE state = 1",
+        f"CREATE UNIQUE INDEX {TABLE}_key ON {TABLE} (queue, key) "
+        "WHERE key IS NOT NULL AND state <> 2",
+        f"CREATE INDEX {TABLE}_done ON {TABLE} (queue, done_at) WHERE state = 2",
+        f"CREATE INDEX {TABLE}_dead ON {TABLE} (queue, done_at) WHERE state = 3",
+    ],
+}
+
+# One lock number for "creating or migrating the queue's schema" (any
+# constant; it only has to be the same in every litegate process).
+_SCHEMA_LOCK = 0x6C6974656761  # "litega"
+
+
+def create_schema(conn: Any) -> int:
+    """Create or migrate the tables (inside the caller's transaction, under
+    an advisory lock so that two processes starting at once do not both
+    create them); return the schema version found or written."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,)).fetchall()
+    exists = conn.execute("SELECT to_regclass('litegate_queue_schema')").fetchone()[0]
+    found = 0
+    if exists is not None:
+        row = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()
+        found = int(row[0] or 0)
+    if found > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the queue's tables are at schema version {found}, newer than this litegate "
+            f"knows ({SCHEMA_VERSION}); upgrade litegate on this host"
+        )
+    if found == SCHEMA_VERSION:
+        return found
+    if exists is None:
+        conn.execute("CREATE TABLE litegate_queue_schema (version integer NOT NULL)")
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (%s)", (version,))
+    conn.execute("SELECT 1").fetchall()  # sync: DDL errors surface here, not at COMMIT
+    return SCHEMA_VERSION
+
+
+def _notify(conn: Any, queue: str) -> None:
+    # Delivered when the transaction commits (never if it rolls back); two
+    # identical notifications in one transaction are sent once.
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
+
+
+# -- writes (run inside PgDatabase.transact) -------------------------------------
+
+# A row of the logic: (queue, priority, run_at, payload, max_attempts, key,
+# created_at), times from the host's clock. Only run_at - created_at (the
+# delay) is used: the server stamps both.
+Row = tuple[str, int, float, str, int, "str | None", float]
+
+_INSERT = f"""
+INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, key, created_at)
+VALUES (%s, 0, %s, now() + %s * interval '1 second', %s::jsonb, %s, %s, now())
+ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state <> 2 DO NOTHING
+RETURNING id
+"""
+
+
+def insert_one(conn: Any, row: Row) -> int:
+    queue, priority, run_at, payload, max_attempts, key, created_at = row
+    delay = max(run_at - created_at, 0.0)
+    while True:
+        got = conn.execute(_INSERT, (queue, priority, delay, payload, max_attempts, key)).fetchone()
+        if got is not None:
+            _notify(conn, queue)
+            return int(got[0])
+        # The key is taken (ON CONFLICT keeps the transaction usable, where a
+        # unique violation would abort it). Unless its holder finished in
+        # between, in which case the insert is tried again.
+        holder = conn.execute(
+            f"SELECT id FROM {TABLE} WHERE queue = %s AND key = %s AND state <> 2", (queue, key)
+        ).fetchone()
+        if holder is not None:
+            assert key is not None
+            raise KeyTaken(key, int(holder[0]))
+
+
+_INSERT_MANY = f"""
+INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, created_at)
+SELECT u.queue, 0, u.priority, now() + u.delay * interval '1 second', u.payload::jsonb,
+       u.max_attempts, now()
+  FROM unnest(%s::text[], %s::bigint[], %s::float8[], %s::text[], %s::bigint[])
+       WITH ORDINALITY AS u(queue, priority, delay, payload, max_attempts, i)
+ ORDER BY u.i
+RETURNING id
+"""
+
+
+def insert_many(conn: Any, rows: Sequence[Row]) -> list[int]:
+    """Insert ``rows`` (no keys) in one statement; return their ids in order.
+    The identity column numbers rows in the order the SELECT produces them
+    (by ordinality), so sorting the returned ids gives the rows' order."""
+    if len(rows) == 1:
+        return [insert_one(conn, rows[0])]
+    cols = list(zip(*rows, strict=True))
+    delays = [max(r - c, 0.0) for r, c in zip(cols[2], cols[6], strict=True)]
+    got = conn.execute(
+        _INSERT_MANY, (list(cols[0]), list(cols[1]), delays, list(cols[3]), list(cols[4]))
+    ).fetchall()
+    for queue in dict.fromkeys(cols[0]):
+        _notify(conn, queue)
+    return sorted(r[0] for r in got)
+
+
+_SWEEP = f"""
+UPDATE {TABLE}
+   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
+       done_at = CASE WHEN attempts >= max_attempts THEN now() END,
+       token = CASE WHEN attempts >= max_attempts THEN NULL ELSE token END,
+       last_error = 'lease expired before the job was acked (attempt ' ||
+                    attempts || ' of ' || max_attempts || ')',
+       lease_until = NULL
+ WHERE id IN (SELECT id FROM {TABLE}
+               WHERE queue = %s AND state = 1 AND lease_until <= now()
+               FOR UPDATE SKIP LOCKED)
+"""
+
+_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM {TABLE}
+     WHERE queue = %(queue)s AND state = 0 AND run_at <= now()
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(n)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {TABLE} AS j
+       SET state = 1, token = %(token)s, attempts = j.attempts + 1,
+           lease_until = now() + %(lease)s * interval '1 second'
+      FROM picked
+     WHERE j.id = picked.id
+    RETURNING j.id, j.payload, j.attempts, j.priority, j.run_at, j.max_attempts
+)
+SELECT id, payload::text, attempts, priority, {_epoch("run_at")}, max_attempts
+  FROM claimed
+ ORDER BY priority DESC, run_at, id
+"""
+
+_LEASE_END = "SELECT extract(epoch FROM now() + %s * interval '1 second')::float8"
+
+
+def claim(conn: Any, queue: str, n: int, lease: float, token: int) -> tuple[list[Any], float]:
+    """Sweep expired leases back (or to the dead letters), then claim up to
+    ``n`` due jobs in one statement, rows locked with SKIP LOCKED. The three
+    statements go to the server in one round trip (pipeline). Returns the
+    rows in claim order and the lease's end, by the server's clock."""
+    sweep = conn.execute(_SWEEP, (queue,))
+    cur = conn.execute(_CLAIM, {"queue": queue, "n": n, "token": token, "lease": lease})
+    end = conn.execute(_LEASE_END, (lease,))
+    rows = cur.fetchall()
+    until = float(end.fetchone()[0])
+    if sweep.rowcount > 0:
+        _notify(conn, queue)  # swept jobs are claimable again, by others too
+    return rows, until
+
+
+_ACK_ONE = (
+    f"UPDATE {TABLE} SET state = 2, done_at = now(), lease_until = NULL "
+    "WHERE id = %s AND token = %s AND state <> 2 RETURNING id"
+)
+
+_ACK = f"""
+UPDATE {TABLE} AS j SET state = 2, done_at = now(), lease_until = NULL
+  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+ WHERE j.id = o.id AND j.token = o.token AND j.state <> 2
+RETURNING j.id
+"""
+
+
+def _owned_arrays(owned: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    return [jid for jid, _ in owned], [token for _, token in owned]
+
+
+def ack(conn: Any, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
+    """Mark done the jobs still held under these (id, token) pairs; return
+    the ids that were not. (``now`` is the host's; the server stamps.)"""
+    if len(owned) == 1:
+        jid, token = owned[0]
+        return [] if conn.execute(_ACK_ONE, (jid, token)).fetchall() else [jid]
+    done = {r[0] for r in conn.execute(_ACK, _owned_arrays(owned)).fetchall()}
+    return [jid for jid, _ in owned if jid not in done]
+
+
+_EXTEND = f"""
+UPDATE {TABLE} AS j SET state = 1, lease_until = now() + %s * interval '1 second'
+  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+ WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
+RETURNING j.id
+"""
+
+
+def extend(conn: Any, owned: Sequence[tuple[int, int]], lease: float) -> tuple[list[int], float]:
+    """Move the leases on to ``lease`` seconds from the server's now; also
+    takes back a job whose lease ran out and that nobody has claimed since.
+    Returns the ids no longer ours and the new end of the leases."""
+    ids, tokens = _owned_arrays(owned)
+    cur = conn.execute(_EXTEND, (lease, ids, tokens))
+    end = conn.execute(_LEASE_END, (lease,))
+    kept = {r[0] for r in cur.fetchall()}
+    return [jid for jid in ids if jid not in kept], float(end.fetchone()[0])
+
+
+_FAIL = f"""
+UPDATE {TABLE}
+   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
+       done_at = CASE WHEN attempts >= max_attempts THEN now() END,
+       run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                     ELSE now() + %s * interval '1 second' END,
+       last_error = %s, token = NULL, lease_until = NULL
+ WHERE id = %s AND token = %s AND state IN (0, 1)
+RETURNING state, queue
+"""
+
+
+def fail(conn: Any, jid: int, token: int, now: float, retry_at: float, error: str) -> int | None:
+    """Record a failed attempt: back to the queue after the delay
+    (``retry_at - now``, on the server's clock), or dead. Returns the new
+    state, None if not ours."""
+    rows = conn.execute(_FAIL, (max(retry_at - now, 0.0), error, jid, token)).fetchall()
+    if not rows:
+        return None
+    if rows[0][0] == READY:
+        _notify(conn, rows[0][1])
+    return int(rows[0][0])
+
+
+_RELEASE = f"""
+UPDATE {TABLE} AS j
+   SET state = 0, attempts = greatest(j.attempts - 1, 0), token = NULL, lease_until = NULL
+  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+ WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
+RETURNING j.id, j.queue
+"""
+
+
+def release(conn: Any, owned: Sequence[tuple[int, int]]) -> list[int]:
+    """Give jobs back unstarted; returns the ids that were no longer ours."""
+    rows = conn.execute(_RELEASE, _owned_arrays(owned)).fetchall()
+    for queue in {r[1] for r in rows}:
+        _notify(conn, queue)
+    back = {r[0] for r in rows}
+    return [jid for jid, _ in owned if jid not in back]
+
+
+_REVIVE = (
+    f"UPDATE {TABLE} SET state = 0, attempts = 0, run_at = now(), done_at = NULL, token = NULL "
+    "WHERE queue = %s AND state = 3"
+)
+
+
+def retry_dead(
+    conn: Any, queue: str, ids: Sequence[int] | None, now: float
+) -> tuple[int, list[int]]:
+    """Revive dead jobs (all of the queue's, or these ids) with fresh
+    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    if ids is None:
+        n = len(conn.execute(_REVIVE + " RETURNING id", (queue,)).fetchall())
+    else:
+        known = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM {TABLE} WHERE id = ANY(%s) AND queue = %s", (list(ids), queue)
+            ).fetchall()
+        }
+        unknown = [jid for jid in ids if jid not in known]
+        if unknown:
+            return 0, unknown
+        n = len(
+            conn.execute(_REVIVE + " AND id = ANY(%s) RETURNING id", (queue, list(ids))).fetchall()
+        )
+    if n:
+        _notify(conn, queue)
+    return n, []
+
+
+_PURGE = f"""
+DELETE FROM {TABLE} WHERE id IN (
+    SELECT id FROM {TABLE}
+     WHERE queue = %s AND state = %s AND done_at < to_timestamp(%s)
+     ORDER BY done_at LIMIT %s)
+RETURNING id
+"""
+
+
+def purge(conn: Any, queue: str, state: int, before: float, limit: int) -> int:
+    """Delete up to ``limit`` finished jobs of ``state`` that finished before
+    ``before`` (a time the user gave: epoch seconds), oldest first. Identity
+    ids are never handed out twice, so nothing has to be kept back."""
+    return len(conn.execute(_PURGE, (queue, state, before, limit)).fetchall())
+
+
+# -- reads (parameters by name; the host's "now" is there if a read needs it) ---
+
+_COLUMNS = (
+    f"id, queue, state, priority, {_epoch('run_at')}, payload::text, attempts, max_attempts, "
+    f"{_epoch('lease_until')}, key, last_error, {_epoch('created_at')}, {_epoch('done_at')}, "
+    # the 14th column: the server's clock, by which the logic tells "ready"
+    # from "scheduled"
+    f"{_epoch('now()')}"
+)
+SELECT_JOB = f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %(id)s"
+SELECT_DEAD = (
+    f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
+    "ORDER BY done_at DESC LIMIT %(limit)s"
+)
+COUNTS = f"""
+SELECT (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at <= now()),
+       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at > now()),
+       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 1),
+       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 2),
+       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 3)
+"""
+# When the next job is due, as a time on the *host's* clock (the host's now
+# plus the server's "how long from now"): the waiting claimer compares it
+# with time.time(), and clocks of different machines need not agree.
+NEXT_DUE = f"""
+SELECT %(now)s + extract(epoch FROM (min(t) - clock_timestamp()))::float8 FROM (
+    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = %(queue)s AND state = 0
+    UNION ALL
+    SELECT min(lease_until) FROM {TABLE} WHERE queue = %(queue)s AND state = 1
+) AS due
+"""
