@@ -96,12 +96,9 @@ def pg_url(pg_server: Any) -> str:
 
 @pytest.fixture
 def pg_empty(pg_url: str) -> str:
-    """``pg_url``, with the queue's table emptied (ids start again at 1)."""
+    """``pg_url``, emptied: no tables (the queue creates its own again)."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(
-            "DO $$ BEGIN IF to_regclass('litegate_jobs') IS NOT NULL THEN "
-            "TRUNCATE litegate_jobs RESTART IDENTITY; END IF; END $$"
-        )
+        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     return pg_url

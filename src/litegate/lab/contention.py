@@ -58,7 +58,29 @@ process on Linux). Per cell:
 
 The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
-last waiter got through, also when the children got in during the gap.
+last waiter got through, also when the children got in during the gap; and
+``first_after_release_ms`` / ``p50_after_release_ms``: the first / median
+child COMMIT minus the same last release as AFTER_RELEASE.
+
+Variants (issue 10): the same experiment run other ways through the public
+API. Two axes, each an option of its own:
+
+- ``--slow sleep|cte``: how the parent spends its slow query (above);
+- ``--threads-start before|after``: ``before`` (the default, as above) starts
+  every child's writer threads before the parent takes the lock, each
+  blocked on the start signal; ``after`` starts them only once the child's
+  main thread has seen the start signal, one ``Thread.start()`` after
+  another, as an app that spawns its workers on demand. In both, every
+  connection is opened before the signal; only the threads' start moves.
+  A thread's FASTEST / SLOWEST start is then its first instruction.
+
+``--variants`` runs the product of both axes (sleep/before, sleep/after,
+cte/before, cte/after; an axis given explicitly stays fixed) in one run, by
+default on cell 8/4/1 for litegate and sqlite-default with the parent taking
+the lock like its children, and reports per mode one row per variant:
+AFTER_RELEASE (median, CV), FASTEST and P50 (after the release), ERRORS and
+whether the 5 ms target is met. AFTER_RELEASE is the same figure, from the
+same clocks, as in the main table.
 """
 
 from __future__ import annotations
@@ -109,8 +131,11 @@ FIGURES = (
     "errors",
     "after_release_ms",
     "after_latest_release_ms",  # JSON only: see _after_latest_release
+    "first_after_release_ms",  # the first child COMMIT - the parent's last release
+    "p50_after_release_ms",  # the median child COMMIT - the parent's last release
 )
-TABLE_FIGURES = FIGURES[:-1]
+# the main table's columns; the rest are in the JSON (and the variant tables)
+TABLE_FIGURES = FIGURES[:7]
 TARGET_AFTER_RELEASE_MS = 5.0
 TARGET_FAST_ONLY_MS = 15.0
 
@@ -154,6 +179,36 @@ class Cell:
 FULL_CELLS = tuple(sorted(Cell(s, p, t) for s in (0, 1, 2) for p in (4, 8) for t in (2, 4)))
 QUICK_CELLS = (Cell(0, 8, 4), Cell(1, 8, 4))
 
+SLOW_KINDS = ("sleep", "cte")
+THREAD_STARTS = ("before", "after")
+# --variants defaults: the cell and the two modes issue 10 is about
+VARIANT_CELLS = (Cell(1, 8, 4),)
+VARIANT_MODES = ("litegate", "sqlite-default")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the experiment: how the parent spends its slow
+    query, and when the children's writer threads start."""
+
+    slow: str = "sleep"  # or "cte"
+    threads_start: str = "before"  # or "after" (the start signal)
+
+    @property
+    def key(self) -> str:
+        return f"{self.slow}/{self.threads_start}"
+
+    @classmethod
+    def product(
+        cls, slow: Sequence[str] = SLOW_KINDS, threads_start: Sequence[str] = THREAD_STARTS
+    ) -> tuple[Variant, ...]:
+        """Every combination, slow query first (so the two thread starts of one
+        slow query are next to each other in the table)."""
+        return tuple(cls(s, t) for s in slow for t in threads_start)
+
+
+ALL_VARIANTS = Variant.product()
+
 
 @dataclass(frozen=True)
 class Config:
@@ -162,6 +217,9 @@ class Config:
     parents: tuple[str, ...] = PARENTS
     runs: int = 1
     slow: str = "sleep"  # or "cte"
+    threads_start: str = "before"  # or "after"
+    # --variants: run each of these instead of the one (slow, threads_start)
+    variants: tuple[Variant, ...] = ()
     slow_seconds: float = 1.0
     gap_seconds: float = 0.001
     child_timeout: float = 5.0
@@ -169,10 +227,41 @@ class Config:
     litegate_busy: str = "constant"
     noise_k: float = _stats.NOISE_K
 
+    @property
+    def variant_list(self) -> tuple[Variant, ...]:
+        """The variants this configuration runs (one unless --variants)."""
+        return self.variants or (Variant(self.slow, self.threads_start),)
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["cells"] = [c.key for c in self.cells]
+        d["variants"] = [v.key for v in self.variants]
         return d
+
+
+@dataclass(frozen=True)
+class Step:
+    """One cell run of the plan."""
+
+    run: int
+    variant: Variant
+    parent: str
+    cell: Cell
+    mode: str
+
+
+def plan(cfg: Config) -> list[Step]:
+    """Every cell run in order: run-major (seed 002: run 1 of everything, then
+    run 2), then variant, parent and cell; the modes innermost, so that the
+    modes compared with each other run next to each other in time."""
+    return [
+        Step(run, variant, parent, cell, mode)
+        for run in range(1, cfg.runs + 1)
+        for variant in cfg.variant_list
+        for parent in cfg.parents
+        for cell in cfg.cells
+        for mode in cfg.modes
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -229,6 +318,7 @@ class ChildSpec:
     litegate_busy: str
     go_path: str
     done_path: str
+    threads_start: str = "before"
 
 
 def _plain(path: str, timeout: float, legacy: bool) -> sqlite3.Connection:
@@ -299,12 +389,22 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
         writers = [_writer(spec, db, f"{pid}:{i}") for i in range(spec.threads)]
         cleanups = [c for _, c in writers]
         signal = StartSignal(spec.go_path)
-        waits = [signal.waiter() for _ in writers]
+        before = spec.threads_start == "before"
+        # "before": every thread blocks on its own descriptor, so that the one
+        # unlock wakes them all at once. "after": only the main thread waits;
+        # the threads do not exist until it has seen the signal.
+        waits: list[Callable[[], None] | None] = [
+            signal.waiter() if before else None for _ in writers
+        ]
+        main_wait = None if before else signal.waiter()
         local = threading.Barrier(spec.threads + 1)
 
-        def body(i: int, write: Callable[[], int | None], wait_for_go: Callable[[], None]) -> None:
-            local.wait()
-            wait_for_go()
+        def body(
+            i: int, write: Callable[[], int | None], wait_for_go: Callable[[], None] | None
+        ) -> None:
+            if wait_for_go is not None:
+                local.wait()
+                wait_for_go()
             start = time.monotonic()
             error: str | None = None
             retries: int | None = None
@@ -321,10 +421,17 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
             threading.Thread(target=body, args=(i, w, g), name=f"writer-{i}", daemon=True)
             for i, ((w, _), g) in enumerate(zip(writers, waits, strict=True))
         ]
-        for t in threads:
-            t.start()
-        local.wait()
-        ready.wait()
+        if main_wait is None:
+            for t in threads:
+                t.start()
+            local.wait()
+            ready.wait()
+        else:
+            ready.wait()
+            main_wait()
+            out["go_seen"] = time.monotonic()
+            for t in threads:
+                t.start()
         for t in threads:
             t.join()
         if db is not None:
@@ -428,8 +535,8 @@ def _parent_lock(
         conn.close()
 
 
-def _slow_work(cfg: Config, cte_n: int) -> Callable[[sqlite3.Connection], None]:
-    if cfg.slow == "cte":
+def _slow_work(kind: str, seconds: float, cte_n: int) -> Callable[[sqlite3.Connection], None]:
+    if kind == "cte":
 
         def cte(conn: sqlite3.Connection) -> None:
             conn.execute(_CTE, (cte_n,)).fetchone()
@@ -437,7 +544,7 @@ def _slow_work(cfg: Config, cte_n: int) -> Callable[[sqlite3.Connection], None]:
         return cte
 
     def sleep(conn: sqlite3.Connection) -> None:
-        time.sleep(cfg.slow_seconds)
+        time.sleep(seconds)
 
     return sleep
 
@@ -449,6 +556,7 @@ class CellResult:
     mode: str
     cell: str
     label: str
+    variant: str = Variant().key
     figures: dict[str, float | None] = field(default_factory=dict)
     rows_expected: int = 0
     rows_found: int = 0
@@ -467,9 +575,14 @@ def run_cell(
     mode: str,
     cell: Cell,
     slow_work: Callable[[sqlite3.Connection], None],
+    variant: Variant | None = None,
 ) -> CellResult:
-    """One cell on a fresh database in a temporary directory."""
-    res = CellResult(run=run, parent=parent, mode=mode, cell=cell.key, label=cell.label)
+    """One cell on a fresh database in a temporary directory. ``slow_work``
+    must match ``variant.slow`` (the default variant: the config's)."""
+    variant = variant or Variant(cfg.slow, cfg.threads_start)
+    res = CellResult(
+        run=run, parent=parent, mode=mode, cell=cell.key, label=cell.label, variant=variant.key
+    )
     with tempfile.TemporaryDirectory(prefix="litegate-bench-") as tmp:
         path = os.path.join(tmp, "bench.db")
         create_database(path)
@@ -478,7 +591,14 @@ def run_cell(
         done = StartSignal(os.path.join(tmp, "done.lock"))
         done.arm()
         spec = ChildSpec(
-            mode, path, cell.threads, cfg.child_timeout, cfg.litegate_busy, go.path, done.path
+            mode,
+            path,
+            cell.threads,
+            cfg.child_timeout,
+            cfg.litegate_busy,
+            go.path,
+            done.path,
+            variant.threads_start,
         )
         ready = ctx.Barrier(cell.processes + 1)
         results: Queue[Any] = ctx.Queue()
@@ -531,6 +651,9 @@ def run_cell(
 
     records: list[dict[str, Any]] = []
     for out in outs:
+        go_seen = out.pop("go_seen", None)
+        if go_seen is not None:  # threads started after the signal: when the child saw it
+            out["go_seen_ms"] = (float(go_seen) - t_start) * 1e3
         if out.get("setup_error"):
             res.setup_errors.append(str(out["setup_error"]))
         for r in out["records"]:
@@ -561,6 +684,8 @@ def run_cell(
     durations = [r["end_ms"] - r["start_ms"] for r in records]
     last_end = max((r["end_ms"] for r in records), default=None)
     slowest = max(durations, default=None)
+    # every finish against the same release as AFTER_RELEASE (whose maximum it is)
+    after = [r["end_ms"] - parent_ms for r in records]
     res.figures = {
         "parent_ms": parent_ms,
         "fastest_ms": min(durations, default=None),
@@ -570,6 +695,8 @@ def run_cell(
         "errors": float(errors),
         "after_release_ms": None if last_end is None else last_end - parent_ms,
         "after_latest_release_ms": _after_latest_release(records, releases),
+        "first_after_release_ms": min(after, default=None),
+        "p50_after_release_ms": _stats.median(after) if after else None,
     }
     return res
 
@@ -611,27 +738,37 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     ctx = mp.get_context(cfg.start_method)
     started = time.time()
     t0 = time.monotonic()
-    cte_n = calibrate_cte(cfg.slow_seconds) if cfg.slow == "cte" else 0
-    slow_work = _slow_work(cfg, cte_n)
+    kinds = tuple(dict.fromkeys(v.slow for v in cfg.variant_list))
+    cte_n = calibrate_cte(cfg.slow_seconds) if "cte" in kinds else 0
+    slow_work = {kind: _slow_work(kind, cfg.slow_seconds, cte_n) for kind in kinds}
     raw: list[CellResult] = []
-    total = cfg.runs * len(cfg.parents) * len(cfg.modes) * len(cfg.cells)
-    progress.total = total
-    for run_no in range(1, cfg.runs + 1):
-        for parent in cfg.parents:
-            for cell in cfg.cells:
-                for mode in cfg.modes:
-                    progress.describe(f"run {run_no}/{cfg.runs} {parent} {mode} {cell.label}")
-                    raw.append(run_cell(cfg, ctx, run_no, parent, mode, cell, slow_work))
-                    progress.advance()
+    steps = plan(cfg)
+    progress.total = len(steps)
+    for st in steps:
+        what = f"{st.variant.key} " if cfg.variants else ""
+        progress.describe(f"run {st.run}/{cfg.runs} {what}{st.parent} {st.mode} {st.cell.label}")
+        raw.append(
+            run_cell(
+                cfg,
+                ctx,
+                st.run,
+                st.parent,
+                st.mode,
+                st.cell,
+                slow_work[st.variant.slow],
+                st.variant,
+            )
+        )
+        progress.advance()
     result: dict[str, Any] = {
         "experiment": NAME,
         "started_at": started,
         "elapsed_s": time.monotonic() - t0,
         "config": cfg.to_json(),
         "slow_query": {
-            "kind": cfg.slow,
+            "kind": ",".join(kinds),
             "seconds": cfg.slow_seconds,
-            "cte_count_to": cte_n if cfg.slow == "cte" else None,
+            "cte_count_to": cte_n if "cte" in kinds else None,
         },
         "raw": [asdict(r) for r in raw],
     }
@@ -642,30 +779,37 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
 
 
 def summarise(cfg: Config, raw: Sequence[CellResult]) -> list[dict[str, Any]]:
-    """Median and CV of every figure across runs, per (parent, mode, cell)."""
+    """Median and CV of every figure across runs, per (variant, parent, mode,
+    cell)."""
     out = []
-    for parent in cfg.parents:
-        for mode in cfg.modes:
-            for cell in cfg.cells:
-                mine = [r for r in raw if (r.parent, r.mode, r.cell) == (parent, mode, cell.key)]
-                figures: dict[str, Any] = {}
-                for name in FIGURES:
-                    vals = [v for r in mine if (v := r.figures.get(name)) is not None]
-                    figures[name] = _stats.summarise(vals).to_json() if vals else None
-                out.append(
-                    {
-                        "parent": parent,
-                        "mode": mode,
-                        "cell": cell.key,
-                        "label": cell.label,
-                        "slow": cell.slow,
-                        "writers": cell.writers,
-                        "runs": len(mine),
-                        "rows_lost": sum(max(0, r.rows_expected - r.rows_found) for r in mine),
-                        "parent_errors": [r.parent_error for r in mine if r.parent_error],
-                        "figures": figures,
-                    }
-                )
+    for variant in cfg.variant_list:
+        for parent in cfg.parents:
+            for mode in cfg.modes:
+                for cell in cfg.cells:
+                    key = (variant.key, parent, mode, cell.key)
+                    mine = [r for r in raw if (r.variant, r.parent, r.mode, r.cell) == key]
+                    figures: dict[str, Any] = {}
+                    for name in FIGURES:
+                        vals = [v for r in mine if (v := r.figures.get(name)) is not None]
+                        figures[name] = _stats.summarise(vals).to_json() if vals else None
+                    lost = sum(max(0, r.rows_expected - r.rows_found) for r in mine)
+                    out.append(
+                        {
+                            "variant": variant.key,
+                            "slow_query": variant.slow,
+                            "threads_start": variant.threads_start,
+                            "parent": parent,
+                            "mode": mode,
+                            "cell": cell.key,
+                            "label": cell.label,
+                            "slow": cell.slow,
+                            "writers": cell.writers,
+                            "runs": len(mine),
+                            "rows_lost": lost,
+                            "parent_errors": [r.parent_error for r in mine if r.parent_error],
+                            "figures": figures,
+                        }
+                    )
     return out
 
 
@@ -684,33 +828,36 @@ def _summary_of(entry: dict[str, Any], figure: str) -> _stats.Summary | None:
 
 
 def comparisons(cfg: Config, summary: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """AFTER_RELEASE of litegate against every other mode, per cell."""
+    """AFTER_RELEASE of litegate against every other mode, per variant and
+    cell."""
     out: list[dict[str, Any]] = []
     if "litegate" not in cfg.modes:
         return out
-    index = {(e["parent"], e["mode"], e["cell"]): e for e in summary}
-    for parent in cfg.parents:
-        for cell in cfg.cells:
-            lg = index.get((parent, "litegate", cell.key))
-            cand = _summary_of(lg, "after_release_ms") if lg else None
-            for mode in cfg.modes:
-                if mode == "litegate":
-                    continue
-                e = index.get((parent, mode, cell.key))
-                base = _summary_of(e, "after_release_ms") if e else None
-                if base is None or cand is None:
-                    continue
-                cmp = _stats.compare(base, cand, cfg.noise_k)
-                out.append(
-                    {
-                        "parent": parent,
-                        "cell": cell.key,
-                        "figure": "after_release_ms",
-                        "baseline_name": mode,
-                        "candidate_name": "litegate",
-                        **cmp.to_json(),
-                    }
-                )
+    index = {(e["variant"], e["parent"], e["mode"], e["cell"]): e for e in summary}
+    for variant in cfg.variant_list:
+        for parent in cfg.parents:
+            for cell in cfg.cells:
+                lg = index.get((variant.key, parent, "litegate", cell.key))
+                cand = _summary_of(lg, "after_release_ms") if lg else None
+                for mode in cfg.modes:
+                    if mode == "litegate":
+                        continue
+                    e = index.get((variant.key, parent, mode, cell.key))
+                    base = _summary_of(e, "after_release_ms") if e else None
+                    if base is None or cand is None:
+                        continue
+                    cmp = _stats.compare(base, cand, cfg.noise_k)
+                    out.append(
+                        {
+                            "variant": variant.key,
+                            "parent": parent,
+                            "cell": cell.key,
+                            "figure": "after_release_ms",
+                            "baseline_name": mode,
+                            "candidate_name": "litegate",
+                            **cmp.to_json(),
+                        }
+                    )
     return out
 
 
@@ -719,10 +866,15 @@ def _median(entry: dict[str, Any], figure: str) -> float | None:
     return None if s is None else float(s["median"])
 
 
+def _where(entry: dict[str, Any], several_variants: bool) -> str:
+    """How a target names a cell: with its variant when there are several."""
+    return f"{entry['variant']} {entry['cell']}" if several_variants else str(entry["cell"])
+
+
 def _after_release_target(
-    parent: str, name: str, cells: Sequence[dict[str, Any]], limit: float
+    parent: str, name: str, cells: Sequence[dict[str, Any]], limit: float, several: bool
 ) -> dict[str, Any]:
-    values = {e["cell"]: _median(e, "after_release_ms") for e in cells}
+    values = {_where(e, several): _median(e, "after_release_ms") for e in cells}
     misses = {k: v for k, v in values.items() if v is None or v > limit}
     return {
         "parent": parent,
@@ -736,8 +888,12 @@ def _after_release_target(
 
 def targets(cfg: Config, summary: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The performance targets of the design brief, checked on the medians
-    (reported, never asserted)."""
+    (reported, never asserted). With several variants each target covers
+    every variant (issue 10: met in every variant) and names its misses by
+    variant and cell."""
     out: list[dict[str, Any]] = []
+    several = len(cfg.variant_list) > 1
+    every = " in every variant" if several else ""
     for parent in cfg.parents:
         mine = [e for e in summary if e["parent"] == parent and e["mode"] == "litegate"]
         if not mine:
@@ -748,27 +904,30 @@ def targets(cfg: Config, summary: Sequence[dict[str, Any]]) -> list[dict[str, An
             out.append(
                 _after_release_target(
                     parent,
-                    "slowest child <= parent release + 5 ms (cells with slow queries)",
+                    f"slowest child <= parent release + 5 ms (cells with slow queries){every}",
                     slow_cells,
                     TARGET_AFTER_RELEASE_MS,
+                    several,
                 )
             )
         if fast_cells:
             out.append(
                 _after_release_target(
                     parent,
-                    "fast-only cells: slowest child <= 15 ms after the start",
+                    f"fast-only cells: slowest child <= 15 ms after the start{every}",
                     fast_cells,
                     TARGET_FAST_ONLY_MS,
+                    several,
                 )
             )
         misses: dict[str, float] = {}
         for e in mine:
+            where = _where(e, several)
             errors = _median(e, "errors") or 0.0
             if errors > 0:
-                misses[f"{e['cell']} errors"] = errors
+                misses[f"{where} errors"] = errors
             if e["rows_lost"]:
-                misses[f"{e['cell']} rows lost"] = float(e["rows_lost"])
+                misses[f"{where} rows lost"] = float(e["rows_lost"])
         out.append(
             {
                 "parent": parent,
@@ -796,6 +955,23 @@ COLUMNS = (
 )
 
 
+VARIANT_COLUMNS = (
+    Column("VARIANT", "left"),
+    Column("CONTENTION", "left"),
+    Column("AFTER_RELEASE"),
+    Column("CV"),
+    Column("FASTEST"),
+    Column("P50"),
+    Column("ERRORS"),
+    Column("TARGET", "center"),
+)
+
+
+def _several_variants(cfg: dict[str, Any]) -> bool:
+    """A --variants run (its JSON config lists the variants)."""
+    return len(cfg.get("variants") or ()) > 1
+
+
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
     runs = int(cfg["runs"])
@@ -803,27 +979,101 @@ def render(result: dict[str, Any]) -> str:
     parts: list[str] = []
     slow = result["slow_query"]
     what = f"median of {runs} runs" if runs > 1 else "one run"
-    parts.append(
-        f"contention (seed 000): {what}; times in ms; slow query = "
-        f"{slow['kind']} {slow['seconds']:g} s; children started with {cfg['start_method']}"
-    )
-    for parent in cfg["parents"]:
-        entries = [e for e in summary if e["parent"] == parent]
-        parts.append("")
-        parts.append(f"== {PARENT_TITLES.get(parent, parent)}")
-        parts.append(_table(entries, cfg["modes"], cv=False))
-        if runs > 1:
+    if cfg.get("variants"):
+        parts.extend(_variant_report(result))
+    else:
+        parts.append(
+            f"contention (seed 000): {what}; times in ms; slow query = "
+            f"{slow['kind']} {slow['seconds']:g} s; children started with "
+            f"{cfg['start_method']}, their threads {cfg.get('threads_start', 'before')} "
+            "the start signal"
+        )
+        for parent in cfg["parents"]:
+            entries = [e for e in summary if e["parent"] == parent]
             parts.append("")
-            parts.append(f"-- coefficient of variation across {runs} runs (seed 002)")
-            parts.append(_table(entries, cfg["modes"], cv=True))
-        parts.extend(_comparison_lines(result, parent))
-        errs = sorted({m for e in entries for m in e["parent_errors"]})
-        if errs:
-            parts.append("parent errors: " + "; ".join(errs))
+            parts.append(f"== {PARENT_TITLES.get(parent, parent)}")
+            parts.append(_table(entries, cfg["modes"], cv=False))
+            if runs > 1:
+                parts.append("")
+                parts.append(f"-- coefficient of variation across {runs} runs (seed 002)")
+                parts.append(_table(entries, cfg["modes"], cv=True))
+            parts.extend(_comparison_lines(result, parent))
+            errs = sorted({m for e in entries for m in e["parent_errors"]})
+            if errs:
+                parts.append("parent errors: " + "; ".join(errs))
     parts.extend(_error_lines(result))
     parts.append("")
     parts.extend(target_lines(result))
     return "\n".join(parts)
+
+
+def _variant_report(result: dict[str, Any]) -> list[str]:
+    """--variants: per parent, one table per mode, one row per variant (and
+    cell). The seed's other columns of every variant are in the JSON."""
+    cfg = result["config"]
+    runs = int(cfg["runs"])
+    what = f"median of {runs} runs" if runs > 1 else "one run"
+    parts = [
+        f"contention (seed 000), {len(cfg['variants'])} variants: {what}; times in ms; "
+        f"children started with {cfg['start_method']}",
+        f"  slow query {result['slow_query']['seconds']:g} s: sleep = the parent sleeps, "
+        "cte = a CPU-bound recursive CTE",
+        "  threads: before = the children's threads wait on the start signal before the "
+        "parent takes the lock; after = started once it arrives (connections open before, "
+        "in both)",
+        "  AFTER_RELEASE = the slowest child's COMMIT - the parent's last release (as in the "
+        "main table); FASTEST / P50 = the first / median child COMMIT - the same release",
+        f"  TARGET: AFTER_RELEASE <= {TARGET_AFTER_RELEASE_MS:g} ms "
+        f"(fast-only cells: <= {TARGET_FAST_ONLY_MS:g} ms after the start)",
+    ]
+    for parent in cfg["parents"]:
+        entries = [e for e in result["summary"] if e["parent"] == parent]
+        for mode in cfg["modes"]:
+            parts.append("")
+            parts.append(f"== {mode}; {PARENT_TITLES.get(parent, parent)}")
+            parts.append(_variant_table([e for e in entries if e["mode"] == mode], cfg))
+        parts.extend(_comparison_lines(result, parent))
+        errs = sorted({m for e in entries for m in e["parent_errors"]})
+        if errs:
+            parts.append("parent errors: " + "; ".join(errs))
+    return parts
+
+
+def _target_met(entry: dict[str, Any]) -> bool | None:
+    """Whether this cell's median meets the AFTER_RELEASE target that applies
+    to it (None: no figure)."""
+    value = _median(entry, "after_release_ms")
+    if value is None:
+        return None
+    limit = TARGET_AFTER_RELEASE_MS if entry["slow"] > 0 else TARGET_FAST_ONLY_MS
+    return value <= limit
+
+
+def _variant_table(entries: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
+    groups: list[list[list[str]]] = []
+    for cell in cfg["cells"]:  # a blank line between cells, variants in run order
+        rows: list[list[str]] = []
+        for variant in cfg["variants"]:
+            e = next((x for x in entries if (x["variant"], x["cell"]) == (variant, cell)), None)
+            if e is None:
+                continue
+            figs = e["figures"]
+            after = figs.get("after_release_ms")
+            met = _target_met(e)
+            rows.append(
+                [
+                    variant,
+                    e["label"],
+                    "-" if after is None else fmt_ms(after["median"], 1),
+                    "-" if after is None else fmt_pct(after["cv"]),
+                    fmt_ms(_median(e, "first_after_release_ms"), 1),
+                    fmt_ms(_median(e, "p50_after_release_ms"), 1),
+                    fmt_ms(_median(e, "errors")),
+                    "-" if met is None else ("met" if met else "MISS"),
+                ]
+            )
+        groups.append(rows)
+    return seed_table(VARIANT_COLUMNS, groups)
 
 
 def _table(entries: list[dict[str, Any]], modes: Sequence[str], *, cv: bool) -> str:
@@ -851,15 +1101,26 @@ def _comparison_lines(result: dict[str, Any], parent: str) -> list[str]:
     cmps = [c for c in result["comparisons"] if c["parent"] == parent]
     if not cmps or int(result["config"]["runs"]) < 2:
         return []
-    cells = list(dict.fromkeys(c["cell"] for c in cmps))
+    # one column per (variant, cell), named by what differs between the columns
+    where = list(dict.fromkeys((c.get("variant", ""), c["cell"]) for c in cmps))
+    several = _several_variants(result["config"])
+    one_cell = len({cell for _, cell in where}) == 1
+    titles = [(v if one_cell else f"{v} {cell}") if several else cell for v, cell in where]
     modes = list(dict.fromkeys(c["baseline_name"] for c in cmps))
     k = result["config"]["noise_k"]
-    cols = [Column("MODE", "center"), *(Column(c) for c in cells)]
+    cols = [Column("MODE", "center"), *(Column(t) for t in titles)]
     rows = []
     for mode in modes:
         row = [mode]
-        for cell in cells:
-            c = next((c for c in cmps if c["baseline_name"] == mode and c["cell"] == cell), None)
+        for w in where:
+            c = next(
+                (
+                    c
+                    for c in cmps
+                    if (c["baseline_name"], c.get("variant", ""), c["cell"]) == (mode, *w)
+                ),
+                None,
+            )
             if c is None:
                 row.append("-")
             else:
@@ -913,21 +1174,29 @@ def charts(result: dict[str, Any], out: Path) -> list[Path]:
     from ._charts import Bar, grouped_bars
 
     cfg = result["config"]
+    several = _several_variants(cfg)
     panels = []
     for parent in cfg["parents"]:
         entries = [e for e in result["summary"] if e["parent"] == parent]
-        cells = list(dict.fromkeys(e["label"] for e in entries))
+        # one group of bars per (variant, cell), in the summary's order
+        where = list(dict.fromkeys((e.get("variant", ""), e["label"]) for e in entries))
+        one_cell = len({label for _, label in where}) == 1
+        labels = [(v if one_cell else f"{v}\n{label}") if several else label for v, label in where]
         series: dict[str, list[Bar]] = {}
         for mode in cfg["modes"]:
             bars = []
-            for label in cells:
-                e = next(x for x in entries if x["mode"] == mode and x["label"] == label)
+            for w in where:
+                e = next(
+                    x
+                    for x in entries
+                    if (x["mode"], x.get("variant", ""), x["label"]) == (mode, *w)
+                )
                 s = e["figures"].get("after_release_ms")
                 bars.append(
                     Bar(0.0, 0.0, 0.0) if s is None else Bar(s["median"], s["min"], s["max"])
                 )
             series[mode] = bars
-        panels.append((PARENT_TITLES.get(parent, parent), cells, series))
+        panels.append((PARENT_TITLES.get(parent, parent), labels, series))
     if not panels:
         return []
     runs = int(cfg["runs"])
@@ -935,6 +1204,7 @@ def charts(result: dict[str, Any], out: Path) -> list[Path]:
         out / "contention-after-release.png",
         title=(
             "seed 000: slowest child finish minus the parent's lock release (ms)"
+            + (", variants of the scenario" if several else "")
             + (f", median of {runs} runs, bars min..max" if runs > 1 else ", one run")
         ),
         panels=panels,
@@ -963,9 +1233,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--modes",
         type=_csv(MODES),
-        default=MODES,
+        default=None,
         metavar="LIST",
-        help=f"comma-separated modes (default: all: {','.join(MODES)})",
+        help=f"comma-separated modes (default: all: {','.join(MODES)}; --variants: "
+        f"{','.join(VARIANT_MODES)})",
     )
     p.add_argument(
         "--cells",
@@ -973,15 +1244,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="P/T/S,...",
         help="cells to run, e.g. 8/4/0,8/4/1 (default: P in 4,8 x T in 2,4 x S in 0,1,2; "
-        "--quick: 8/4/0,8/4/1)",
+        "--quick: 8/4/0,8/4/1; --variants: 8/4/1)",
     )
     parent = p.add_mutually_exclusive_group()
     parent.add_argument(
         "--parent",
         choices=("same", "foreign", "both"),
-        default="both",
+        default=None,
         help="how the parent holds the lock: like its children, as a foreign writer (plain "
-        "sqlite3), or both, one table each (default: both)",
+        "sqlite3), or both, one table each (default: both; --variants: same, the public API)",
     )
     parent.add_argument(
         "--foreign-parent",
@@ -992,10 +1263,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slow",
-        choices=("sleep", "cte"),
-        default="sleep",
+        choices=SLOW_KINDS,
+        default=None,
         help="the slow query: a write transaction that sleeps (default) or a recursive CTE "
         "that counts, calibrated to --slow-seconds",
+    )
+    p.add_argument(
+        "--threads-start",
+        choices=THREAD_STARTS,
+        default=None,
+        help="when the children's writer threads start: before the parent takes the lock, "
+        "each waiting on the start signal (default), or only once the signal arrives "
+        "(connections are opened before it either way)",
+    )
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="run every variant of the scenario in one run: --slow sleep,cte x "
+        "--threads-start before,after (an axis given explicitly stays fixed); one table per "
+        "mode, one row per variant",
     )
     p.add_argument(
         "--slow-seconds",
@@ -1026,18 +1312,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    variants: tuple[Variant, ...] = ()
+    if args.variants:
+        variants = Variant.product(
+            (args.slow,) if args.slow else SLOW_KINDS,
+            (args.threads_start,) if args.threads_start else THREAD_STARTS,
+        )
     cells = args.cells
     if cells is None:
-        cells = QUICK_CELLS if args.quick else FULL_CELLS
-    parents = PARENTS if args.parent == "both" else (args.parent,)
+        # --variants is about one cell; --quick does not shrink it further
+        # (8 cell runs of about 2 s with the default modes)
+        cells = VARIANT_CELLS if variants else QUICK_CELLS if args.quick else FULL_CELLS
+    modes = args.modes or (VARIANT_MODES if variants else MODES)
+    parent = args.parent or ("same" if variants else "both")
+    parents = PARENTS if parent == "both" else (parent,)
     if args.slow_seconds <= 0 or args.child_timeout <= 0:
         raise ValueError("--slow-seconds and --child-timeout must be positive")
     return Config(
-        modes=tuple(args.modes),
+        modes=tuple(modes),
         cells=tuple(cells),
         parents=parents,
         runs=args.runs,
-        slow=args.slow,
+        slow=args.slow or "sleep",
+        threads_start=args.threads_start or "before",
+        variants=variants,
         slow_seconds=args.slow_seconds,
         child_timeout=args.child_timeout,
         start_method=args.start_method,

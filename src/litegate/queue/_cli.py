@@ -72,6 +72,7 @@ examples:
   litegate worker myapp.tasks:send_email --db app.db --queue emails --concurrency 8
   litegate worker myapp.tasks:resize --db app.db --processes 4 --lease 120 --json
   litegate worker myapp.tasks:nightly --db app.db --burst     # until the queue is empty
+  litegate worker myapp.tasks:send_email --db postgresql://app@db.internal/app --queue emails
   litegate worker --django --settings mysite.settings --queue default --concurrency 4
 """
 
@@ -90,7 +91,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="the function to run, e.g. myapp.tasks:send_email (imported from the current "
         "directory or PYTHONPATH); not with --django",
     )
-    p.add_argument("--db", metavar="PATH", help="the SQLite database file; not with --django")
+    p.add_argument(
+        "--db",
+        metavar="PATH|URL",
+        help="the SQLite database file, or a postgresql:// URL; not with --django",
+    )
     p.add_argument("--queue", default="default", metavar="NAME", help='queue name ("default")')
     p.add_argument(
         "--django",
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
                 "--db (the database is the tasks backend's)"
             )
     elif not args.handler or not args.db:
-        return _usage_error("give MODULE:FUNCTION and --db PATH (or --django for Django tasks)")
+        return _usage_error("give MODULE:FUNCTION and --db PATH|URL (or --django for Django tasks)")
     try:
         # Everything is checked here, once, also for --processes > 1: the
         # handler imports, the options are valid, the database opens.

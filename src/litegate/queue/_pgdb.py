@@ -44,7 +44,6 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 # SQLSTATEs that mean "this login will never work": retrying cannot help.
 _AUTH_STATES = {"28000", "28P01"}  # invalid authorization / password
 _NO_DATABASE = "3D000"
-_NO_RIGHTS = "42501"  # insufficient_privilege
 
 
 def is_url(value: object) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, OpenError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
@@ -85,6 +85,7 @@ MIGRATIONS: dict[int, list[str]] = {
 # One lock number for "creating or migrating the queue's schema" (any
 # constant; it only has to be the same in every litegate process).
 _SCHEMA_LOCK = 0x6C6974656761  # "litega"
+_NO_RIGHTS = "42501"  # insufficient_privilege
 
 
 def create_schema(conn: Any) -> int:
@@ -104,13 +105,22 @@ def create_schema(conn: Any) -> int:
         )
     if found == SCHEMA_VERSION:
         return found
-    if exists is None:
-        conn.execute("CREATE TABLE litegate_queue_schema (version integer NOT NULL)")
-    for version in range(found + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[version]:
-            conn.execute(statement)
-        conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (%s)", (version,))
-    conn.execute("SELECT 1").fetchall()  # sync: DDL errors surface here, not at COMMIT
+    try:
+        if exists is None:
+            conn.execute("CREATE TABLE litegate_queue_schema (version integer NOT NULL)")
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (%s)", (version,))
+        conn.execute("SELECT 1").fetchall()  # sync: DDL errors surface here, not at COMMIT
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != _NO_RIGHTS:
+            raise
+        raise OpenError(
+            f"this database has no queue tables yet and the user cannot create the queue's "
+            f"tables ({str(exc).strip().splitlines()[0]}); run the queue once as a user who "
+            "may (the database's owner), or GRANT CREATE ON SCHEMA public to this one"
+        ) from None
     return SCHEMA_VERSION
 
 

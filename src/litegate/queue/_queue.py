@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._database import Database, connect
 from .._errors import ConfigError
@@ -17,6 +17,9 @@ from ._core import Also, Core, Job, JobInfo, Step, _seconds, drive
 from ._errors import LeaseLost
 from ._pgdb import PgDatabase, PgWaker, is_url
 from ._waker import Waker
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 # How often a waiting claimer looks for commits from other processes.
 DEFAULT_POLL = 0.005
@@ -136,6 +139,12 @@ class Queue(QueueFace):
     many threads are group-committed, calls from many processes queue fairly
     for the write gate. See the README's Queue section for the guarantees.
 
+    ``db`` may also be a ``postgresql://`` URL or a psycopg_pool
+    ``ConnectionPool`` (the ``postgres`` extra): the same queue, methods and
+    guarantees on PostgreSQL, for workers on several machines. Claims use
+    ``SKIP LOCKED``, times come from the server's clock, idle claimers wake
+    on ``LISTEN``/``NOTIFY``, and calls ride out a server restart.
+
     - ``retry_base``, ``retry_max``: a failed job is retried after
       ``retry_base * 2 ** (attempt - 1)`` seconds (±25 % jitter), at most
       ``retry_max``.
@@ -146,7 +155,7 @@ class Queue(QueueFace):
 
     def __init__(
         self,
-        db: Database | str | os.PathLike[str],
+        db: Database | str | os.PathLike[str] | PgDatabase | ConnectionPool[Any],
         name: str = "default",
         *,
         retry_base: float = 1.0,

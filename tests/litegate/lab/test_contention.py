@@ -4,13 +4,18 @@ never about speed."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from litegate.__main__ import main
 from litegate.lab import contention
-from litegate.lab.contention import Cell, Config
+from litegate.lab._cli import build_parser
+from litegate.lab.contention import Cell, Config, Variant
 
 
 def test_cell_parse_and_label() -> None:
@@ -174,3 +179,187 @@ def test_cte_slow_query() -> None:
     (cell,) = res["raw"]
     assert cell["figures"]["errors"] == 0
     assert cell["rows_found"] == cell["rows_expected"] == 2
+
+
+# --------------------------------------------------------------------------
+# --variants (issue 10): other ways of running the same experiment
+
+
+def _config(*argv: str) -> Config:
+    args = build_parser().parse_args(["contention", *argv])
+    return contention.config_from_args(args)
+
+
+def test_variant_options() -> None:
+    plain = _config()
+    assert plain.variants == ()
+    assert plain.variant_list == (Variant("sleep", "before"),)  # today's scenario
+    assert (plain.modes, plain.parents, plain.cells) == (
+        contention.MODES,
+        contention.PARENTS,
+        contention.FULL_CELLS,
+    )
+    one = _config("--threads-start", "after", "--slow", "cte")
+    assert one.variant_list == (Variant("cte", "after"),)
+
+    every = _config("--variants", "--quick")
+    assert [v.key for v in every.variants] == [
+        "sleep/before", "sleep/after", "cte/before", "cte/after",
+    ]  # fmt: skip
+    assert every.variants == contention.ALL_VARIANTS
+    assert every.cells == (Cell.parse("8/4/1"),)  # also with --quick
+    assert every.modes == ("litegate", "sqlite-default")
+    assert every.parents == ("same",)  # the public API
+    assert every.to_json()["variants"] == [v.key for v in every.variants]
+
+    # an axis given explicitly stays fixed; explicit cells, modes, parents win
+    fixed = _config(
+        "--variants", "--slow", "cte", "--cells", "2/2/1", "--modes", "litegate", "--parent", "both"
+    )
+    assert [v.key for v in fixed.variants] == ["cte/before", "cte/after"]
+    assert (fixed.cells, fixed.modes, fixed.parents) == (
+        (Cell.parse("2/2/1"),),
+        ("litegate",),
+        contention.PARENTS,
+    )
+    assert [v.key for v in _config("--variants", "--threads-start", "after").variants] == [
+        "sleep/after", "cte/after",
+    ]  # fmt: skip
+
+
+def test_bad_threads_start_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _config("--threads-start", "during")
+    assert exc.value.code == 2
+    assert "--threads-start" in capsys.readouterr().err
+
+
+def test_plan_order_and_count() -> None:
+    cells = (Cell.parse("2/2/1"), Cell.parse("4/2/1"))
+    cfg = Config(
+        modes=("litegate", "sqlite-default"),
+        cells=cells,
+        parents=("same",),
+        runs=2,
+        variants=contention.ALL_VARIANTS,
+    )
+    steps = contention.plan(cfg)
+    assert len(steps) == 2 * 4 * 1 * 2 * 2  # runs x variants x parents x cells x modes
+    assert len(set(steps)) == len(steps)
+    # run-major, then variant, then cell; the compared modes side by side
+    assert [(s.run, s.variant.key, s.cell.key, s.mode) for s in steps[:5]] == [
+        (1, "sleep/before", "2/2/1", "litegate"),
+        (1, "sleep/before", "2/2/1", "sqlite-default"),
+        (1, "sleep/before", "4/2/1", "litegate"),
+        (1, "sleep/before", "4/2/1", "sqlite-default"),
+        (1, "sleep/after", "2/2/1", "litegate"),
+    ]
+    assert [s.run for s in steps] == [1] * 16 + [2] * 16
+    assert [s.variant.key for s in steps[::4][:4]] == [v.key for v in contention.ALL_VARIANTS]
+    # without --variants: the one variant of --slow / --threads-start
+    single = contention.plan(Config(cells=cells, runs=1, threads_start="after"))
+    assert {s.variant for s in single} == {Variant("sleep", "after")}
+    assert len(single) == len(contention.MODES) * len(contention.PARENTS) * 2
+
+
+@pytest.fixture(scope="module")
+def variants_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("variants")
+    argv = [
+        "bench", "contention", "--variants", "--cells", "2/2/1", "--slow-seconds", "0.2",
+        "--runs", "1", "--no-progress", "--out", str(out),
+    ]  # fmt: skip
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(argv) == 0
+    return out, stdout.getvalue()
+
+
+def test_variants_count_every_write_once(variants_run: tuple[Path, str]) -> None:
+    out, _ = variants_run
+    data = json.loads((out / "contention.json").read_text())
+    raw = data["raw"]
+    keys = [v.key for v in contention.ALL_VARIANTS]
+    assert [(r["variant"], r["mode"]) for r in raw] == [
+        (v, m) for v in keys for m in ("litegate", "sqlite-default")
+    ]
+    for cell in raw:
+        assert cell["setup_errors"] == []
+        assert cell["parent_error"] is None
+        assert len(cell["children"]) == 2
+        writers = [(w["pid"], w["thread"]) for c in cell["children"] for w in c["writers"]]
+        # each of the 2 x 2 threads reported its one write, once
+        assert sorted(writers) == sorted((c["pid"], t) for c in cell["children"] for t in (0, 1))
+        ok = sum(1 for c in cell["children"] for w in c["writers"] if not w["error"])
+        assert cell["figures"]["errors"] == 4 - ok
+        # the parent's insert and every successful child write, each one row
+        assert cell["rows_found"] == cell["rows_expected"] == 1 + ok
+        after = cell["variant"].endswith("/after")
+        for child in cell["children"]:
+            # only the "after" children start their threads on the signal
+            assert ("go_seen_ms" in child) is after
+            if after:
+                assert all(w["start_ms"] >= child["go_seen_ms"] for w in child["writers"])
+
+
+def test_variants_report_and_json(variants_run: tuple[Path, str], tmp_path: Path) -> None:
+    out, printed = variants_run
+    data = json.loads((out / "contention.json").read_text())
+    keys = [v.key for v in contention.ALL_VARIANTS]
+    assert data["config"]["variants"] == keys
+    assert data["slow_query"]["kind"] == "sleep,cte"
+    assert data["slow_query"]["cte_count_to"] >= 1
+    summary = data["summary"]
+    assert [(e["variant"], e["mode"]) for e in summary] == [
+        (v, m) for v in keys for m in ("litegate", "sqlite-default")
+    ]
+    for e in summary:
+        for name in ("after_release_ms", "first_after_release_ms", "p50_after_release_ms"):
+            assert e["figures"][name]["n"] == 1
+        f = {k: e["figures"][k]["median"] for k in e["figures"]}
+        assert f["first_after_release_ms"] <= f["p50_after_release_ms"] <= f["after_release_ms"]
+    assert {c["variant"] for c in data["comparisons"]} == set(keys)
+    (target, *_) = data["targets"]
+    assert "in every variant" in target["target"]
+    assert sorted(target["values_ms"]) == sorted(f"{v} 2/2/1" for v in keys)
+
+    report = (out / "report.txt").read_text()
+    assert printed.startswith(report.rstrip("\n"))
+    assert "== litegate;" in report
+    assert "== sqlite-default;" in report
+    for line in [ln for ln in report.splitlines() if "VARIANT" in ln]:
+        titles = [t.strip() for t in line.split("|")]
+        assert titles == [
+            "VARIANT", "CONTENTION", "AFTER_RELEASE", "CV", "FASTEST", "P50", "ERRORS", "TARGET",
+        ]  # fmt: skip
+    for key in keys:  # one row per mode
+        rows = [ln for ln in report.splitlines() if ln.strip().startswith(key + " ")]
+        assert len(rows) == 2, key
+        assert rows[0].split("|")[-1].strip() in ("met", "MISS")
+    assert (out / "contention-after-release.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # --runs 2 (the same figures twice: the summary and the report's
+    # comparison table across variants, without running anything again)
+    cfg = Config(
+        modes=("litegate", "sqlite-default"),
+        cells=(Cell.parse("2/2/1"),),
+        parents=("same",),
+        runs=2,
+        variants=contention.ALL_VARIANTS,
+    )
+    twice = [contention.CellResult(**{**r, "run": n}) for n in (1, 2) for r in data["raw"]]
+    summary2 = contention.summarise(cfg, twice)
+    assert all(e["runs"] == 2 for e in summary2)
+    res2 = {
+        **data,
+        "config": cfg.to_json(),
+        "summary": summary2,
+        "comparisons": contention.comparisons(cfg, summary2),
+        "targets": contention.targets(cfg, summary2),
+    }
+    text = contention.render(res2)
+    assert "median of 2 runs" in text
+    header = next(ln for ln in text.splitlines() if ln.strip().startswith("MODE"))
+    assert [t.strip() for t in header.split("|")][1:] == keys
+    (png,) = contention.charts(res2, tmp_path)
+    assert png.is_file()

@@ -93,3 +93,11 @@ def work_forever(path: str, out: str, seed: int) -> None:
             q.ack_many(jobs)
             f.write(json.dumps([j.id for j in jobs]) + "\n")
             f.flush()
+
+
+def put_after(url: str, name: str, delay: float) -> None:
+    """Open the queue, wait ``delay`` seconds, put one job ("late")."""
+    q = Queue(url, name)
+    time.sleep(delay)
+    q.put("late")
+    q.close()

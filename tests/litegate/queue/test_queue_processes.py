@@ -122,9 +122,7 @@ def test_sigkill_mid_job_the_job_comes_back_after_its_lease(queue_db: str, metho
 
 
 @pytest.mark.slow
-def test_random_sigkills_lose_nothing_and_ack_nothing_twice(
-    queue_db: str, tmp_path: Path
-) -> None:
+def test_random_sigkills_lose_nothing_and_ack_nothing_twice(queue_db: str, tmp_path: Path) -> None:
     """Producers and workers SIGKILLed at random, again and again. Every put
     that returned ends done; no job is acked twice; the file is intact."""
     Queue(queue_db).close()  # create the tables before the chaos

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from litegate.queue import DuplicateJob, Job, Queue, Worker, put_on
+from litegate.queue._pgdb import PgDatabase
 from tests.litegate.queue.conftest import MakeQueue
 
 
@@ -33,18 +34,21 @@ def test_put_on_commits_and_rolls_back_with_the_callers_transaction(db_path: str
         assert [j.payload for j in jobs] == [{"order": 1}, {"order": 3}]
 
 
-def test_also_runs_in_the_claims_and_the_acks_transaction(
-    make_queue: MakeQueue, db_path: str
-) -> None:
+def test_also_runs_in_the_claims_and_the_acks_transaction(make_queue: MakeQueue) -> None:
     q = make_queue()
-    q.db.execute("CREATE TABLE log (what TEXT, job INTEGER)")
+    pg = isinstance(q.db, PgDatabase)  # also= gets the store's own connection
+    mark = "%s" if pg else "?"
+    key = "n serial PRIMARY KEY" if pg else "n INTEGER PRIMARY KEY"
+    q.db.transact(lambda c: c.execute(f"CREATE TABLE log ({key}, what TEXT, job BIGINT)"))
     ids = q.put_many(["a", "b", "c"])
 
     def claimed(conn: Any, job_ids: list[int]) -> None:
-        conn.executemany("INSERT INTO log VALUES ('claimed', ?)", [(i,) for i in job_ids])
+        conn.cursor().executemany(
+            f"INSERT INTO log (what, job) VALUES ('claimed', {mark})", [(i,) for i in job_ids]
+        )
 
     def refuse(conn: Any, job_ids: list[int]) -> None:
-        conn.execute("INSERT INTO log VALUES ('refused', 0)")
+        conn.execute("INSERT INTO log (what, job) VALUES ('refused', 0)")
         raise RuntimeError("no")
 
     with pytest.raises(RuntimeError):
@@ -58,10 +62,12 @@ def test_also_runs_in_the_claims_and_the_acks_transaction(
 
     def done(conn: Any, job_ids: list[int]) -> None:
         acked.append(job_ids)
-        conn.executemany("INSERT INTO log VALUES ('acked', ?)", [(i,) for i in job_ids])
+        conn.cursor().executemany(
+            f"INSERT INTO log (what, job) VALUES ('acked', {mark})", [(i,) for i in job_ids]
+        )
 
     q.ack_many(jobs[:2], also=done)
-    rows = q.db.query("SELECT what, job FROM log ORDER BY rowid")
+    rows = q.db.query("SELECT what, job FROM log ORDER BY n")
     assert [tuple(r) for r in rows] == [("claimed", i) for i in ids] + [
         ("acked", ids[0]),
         ("acked", ids[1]),

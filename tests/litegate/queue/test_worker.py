@@ -407,7 +407,7 @@ def test_bad_options_exit_2(db_path: str, capsys: pytest.CaptureFixture[str]) ->
     assert litegate_main(["worker", f"{HANDLERS}:record", "--db", db_path, "--lease", "0"]) == 2
     assert "lease must be a finite number of seconds, greater than zero" in capsys.readouterr().err
     assert litegate_main(["worker", f"{HANDLERS}:record"]) == 2  # --db is required
-    assert "give MODULE:FUNCTION and --db PATH" in capsys.readouterr().err
+    assert "give MODULE:FUNCTION and --db PATH|URL" in capsys.readouterr().err
 
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,239 @@
+"""What only the PostgreSQL backend has: opening errors, a server restart
+mid-run, the worker CLI on a URL, a caller's own psycopg pool. (Everything
+else is the shared suite, run on both backends through ``queue_db``.)"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import litegate
+from litegate.queue import CommitUnknown, Queue, ServerUnavailable, aio
+from tests.litegate.queue import procs
+
+
+def test_an_unreachable_server_is_a_typed_error_that_says_what_to_check(tmp_path: Path) -> None:
+    url = f"postgresql://nobody@/none?host={tmp_path}&port=5999"
+    with pytest.raises(ServerUnavailable, match="check that the server is running"):
+        Queue(url)
+    assert issubclass(ServerUnavailable, litegate.OpenError)
+
+
+def test_wrong_credentials_are_a_typed_error(pg_server: Any) -> None:
+    url = pg_server.url_for(password="not-the-password")
+    with pytest.raises(litegate.OpenError, match="refused the login") as caught:
+        Queue(url)
+    assert "not-the-password" not in str(caught.value)  # never echo a password
+
+
+def test_a_missing_database_is_a_typed_error(pg_server: Any) -> None:
+    with pytest.raises(litegate.OpenError, match="create the database"):
+        Queue(pg_server.url_for(dbname="no_such_db"))
+
+
+def test_no_rights_to_create_the_tables_is_a_typed_error_and_changes_nothing(
+    pg_server: Any,
+) -> None:
+    url = pg_server.create_database("no_rights")
+    role_url = pg_server.create_role("visitor", "visitor-pw")
+    visitor = role_url.replace("/litegate?", "/no_rights?")
+    with pytest.raises(litegate.OpenError, match="cannot create the queue's tables"):
+        Queue(visitor)
+    # Once an owner has created them (and granted use), the visitor's queue works.
+    Queue(url).close()
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO visitor"
+        )
+    with Queue(visitor) as q:
+        jid = q.put("hello")
+        assert q.get(jid).state == "ready"
+
+
+def test_a_users_own_pool_is_used_and_left_open(pg_empty: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(pg_empty, min_size=1, max_size=2, open=True)
+    try:
+        with Queue(pool, "mine") as q:
+            jid = q.put({"a": 1})
+            (job,) = q.claim()
+            assert job.id == jid
+            q.ack(job)
+        with pool.connection() as conn:  # still open after the queue closed
+            assert conn.execute("SELECT count(*) FROM litegate_jobs").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_claim_wait_is_woken_by_a_put_in_another_process_through_notify(pg_empty: str) -> None:
+    """A waiting claimer is woken by LISTEN/NOTIFY, not by its own timer: a
+    put from another process reaches it long before its wait runs out."""
+    q = Queue(pg_empty, "notify")
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=procs.put_after, args=(pg_empty, "notify", 1.0))
+    p.start()
+    started = time.monotonic()
+    jobs = q.claim(wait=30)
+    waited = time.monotonic() - started
+    p.join(30)
+    assert [j.payload for j in jobs] == ["late"]
+    assert waited < 15  # woken by the notification, not the 30 s deadline
+    q.close()
+
+
+def test_the_queue_rides_out_a_server_restart(
+    pg_server: Any, pg_empty: str, tmp_path: Path
+) -> None:
+    """Producers and workers in other processes; the server restarts
+    (``pg_ctl restart -m fast``) in the middle. They reconnect and carry on:
+    every put that returned ends done, none acked twice."""
+    Queue(pg_empty).close()
+    ctx = mp.get_context("spawn")
+    outs = {
+        "p": [tmp_path / f"p{k}.jsonl" for k in range(2)],
+        "w": [tmp_path / f"w{k}.jsonl" for k in range(2)],
+    }
+    ps = [
+        ctx.Process(target=procs.produce_forever, args=(pg_empty, str(o), k))
+        for k, o in enumerate(outs["p"])
+    ] + [
+        ctx.Process(target=procs.work_forever, args=(pg_empty, str(o), k))
+        for k, o in enumerate(outs["w"])
+    ]
+    for p in ps:
+        p.start()
+    try:
+        _wait_for_lines(outs["w"], 20)
+        before = pg_server.pid
+        pg_server.restart()
+        assert pg_server.pid != before
+        seen = _lines(outs["w"])
+        _wait_for_lines(outs["w"], seen + 20)  # workers ack again after the restart
+        produced = _lines(outs["p"])
+        _wait_for_lines(outs["p"], produced + 5)  # and producers put again
+    finally:
+        for p in ps:
+            if p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.join(10)
+    put_ids = [i for o in outs["p"] for ids in _read(o) for i in ids]
+    acked = Counter(i for o in outs["w"] for ids in _read(o) for i in ids)
+    q = Queue(pg_empty)
+    while True:
+        counts = q.counts()
+        if counts["ready"] + counts["leased"] + counts["scheduled"] == 0:
+            break
+        jobs = q.claim(n=100, wait=1.5)
+        if jobs:
+            q.ack_many(jobs)
+            acked.update(j.id for j in jobs)
+    assert max(acked.values()) == 1  # nothing acked twice
+    assert {i for i in set(put_ids) if q.get(i).state == "done"} == set(put_ids)
+    assert q.counts()["dead"] == 0
+    q.close()
+
+
+def _read(path: Path) -> list[Any]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a killed process's torn line
+            out.append(json.loads(line))
+    return out
+
+
+def _lines(paths: list[Path]) -> int:
+    return sum(len(_read(p)) for p in paths)
+
+
+def _wait_for_lines(paths: list[Path], n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _lines(paths) < n:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the processes wrote {_lines(paths)} lines, not {n}, in {timeout} s")
+        time.sleep(0.05)
+
+
+def test_server_gone_for_longer_than_reconnect_is_server_unavailable(pg_server: Any) -> None:
+    """A call retries while the server is away, up to ``reconnect`` seconds,
+    then raises ServerUnavailable; nothing half-done is left."""
+    url = pg_server.create_database("gone")
+    from litegate.queue._pgdb import PgDatabase
+
+    db = PgDatabase(url, reconnect=1.0)
+    q = Queue(db, "gone")
+    jid = q.put("kept")
+    pg_server.stop()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailable, match="unreachable for 1 s"):
+            q.put("lost?")
+        assert time.monotonic() - started >= 1.0
+    finally:
+        pg_server.start()
+    assert q.get(jid).state == "ready"
+    assert q.counts()["ready"] == 1  # the failed put stored nothing
+    q.close()
+    db.close()
+    assert CommitUnknown.__doc__  # the other outcome of a broken connection is documented
+
+
+def test_aio_queue_on_postgres_opens_from_a_url(pg_empty: str) -> None:
+    import asyncio
+
+    async def main() -> list[Any]:
+        q = await aio.Queue.open(pg_empty, "a")
+        try:
+            await q.put_many([1, 2, 3])
+            jobs = await q.claim(n=5)
+            await q.ack_many(jobs)
+            return [j.payload for j in jobs]
+        finally:
+            await q.close()
+
+    assert asyncio.run(main()) == [1, 2, 3]
+
+
+def test_the_worker_cli_runs_every_job_once_on_a_url(pg_empty: str, tmp_path: Path) -> None:
+    out = tmp_path / "events.jsonl"
+    with Queue(pg_empty, "cli") as q:
+        q.put_many([{"n": i, "out": str(out)} for i in range(20)])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "litegate",
+            "worker",
+            "tests.litegate.queue.handlers:record",
+            "--db",
+            pg_empty,
+            "--queue",
+            "cli",
+            "--processes",
+            "2",
+            "--burst",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = Counter(json.loads(line)["n"] for line in out.read_text().splitlines())
+    assert seen == Counter(range(20))
+    with Queue(pg_empty, "cli") as q:
+        assert q.counts()["done"] == 20
