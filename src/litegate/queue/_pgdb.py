@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import Closed, ConfigError, OpenError
+from . import _postgres
 from ._errors import CommitUnknown, ServerUnavailable
 from ._postgres import CHANNEL
 
@@ -73,8 +74,8 @@ def _psycopg() -> tuple[Any, Any]:
 
 
 def _configure(conn: Any) -> None:
-    # Autocommit at the protocol level; transact() opens its own transaction
-    # in pipeline mode, so that BEGIN travels with the first statement.
+    # Autocommit: a one-statement write is its own transaction (one round
+    # trip); transact() opens a transaction for anything else.
     conn.autocommit = True
 
 
@@ -172,33 +173,34 @@ class PgDatabase:
 
     # -- the two calls of the queue's logic ---------------------------------------
     def transact(self, fn: Callable[[Any], T], *, timeout: float | None = None) -> T:
-        """Run ``fn(conn)`` in one transaction and commit it. BEGIN, ``fn``'s
-        statements and COMMIT are pipelined (two round trips in all for a
-        typical call). Retried on a new connection if the server went away
-        before COMMIT was sent."""
+        """Run ``fn(conn)`` atomically and commit. The store's one-statement
+        writes run in autocommit (one round trip); anything else in a
+        transaction. Retried on a new connection when the server went away
+        before the work could have been committed."""
         self._check()
         psycopg = self._psycopg
+        alone = _postgres.runs_alone(fn)
         deadline: float | None = None
         pause = 0.02
         while True:
-            committing = False
+            sent = False
             try:
-                with (
-                    self.pool.connection(timeout=self._checkout(timeout)) as conn,
-                    conn.pipeline(),
-                    conn.transaction(),
-                ):
-                    result = fn(conn)
-                    committing = True  # leaving the block sends COMMIT
-                return result
+                with self.pool.connection(timeout=self._checkout(timeout)) as conn:
+                    if alone:
+                        sent = True  # from here on, the statement may commit
+                        return fn(conn)
+                    with conn.transaction():
+                        result = fn(conn)
+                        sent = True  # leaving the block sends COMMIT
+                    return result
             except psycopg.OperationalError as exc:
                 if not _broken(exc):
                     raise
-                if committing:
+                if sent and not _aborted(exc):
                     raise CommitUnknown(
-                        f"the connection to PostgreSQL at {self.path} broke while the "
-                        f"transaction was being committed ({_first_line(exc)}); it may or may not "
-                        "be committed. Check (q.get / q.counts) before doing it again"
+                        f"the connection to PostgreSQL at {self.path} broke while the work was "
+                        f"being committed ({_first_line(exc)}); it may or may not be committed. "
+                        "Check (q.get / q.counts) before doing it again"
                     ) from exc
                 deadline = self._wait(deadline, exc, pause)
                 pause = min(pause * 2, 0.5)
@@ -275,6 +277,14 @@ def _broken(exc: BaseException) -> bool:
     # (operator intervention: admin shutdown, crash shutdown).
     state = getattr(exc, "sqlstate", None)
     return state is None or state.startswith(("08", "57P"))
+
+
+def _aborted(exc: BaseException) -> bool:
+    """Did the server say it ended the session (shutdown, restart, a
+    terminated backend) instead of answering? Then the statement or
+    transaction in flight was rolled back, not committed: safe to run again."""
+    state = getattr(exc, "sqlstate", None)
+    return state is not None and state.startswith("57P")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,14 +17,16 @@ own way of doing each thing:
 - Payloads are ``jsonb`` (queryable by the application); times are
   ``timestamptz``; reads turn them into epoch seconds, as SQLite stores them.
 
-Functions run inside a transaction ``PgDatabase.transact`` opened, in
-pipeline mode: they read their results with ``fetchall``/``fetchone`` (which
-syncs the pipeline), never ``rowcount`` alone.
+Functions run on a connection ``PgDatabase.transact`` gives them: in
+autocommit for the one-statement writes (``ONE_STATEMENT``), else inside a
+transaction it opened and will commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from .._errors import ConfigError, OpenError
@@ -130,7 +132,13 @@ def _notify(conn: Any, queue: str) -> None:
     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
 
 
-# -- writes (run inside PgDatabase.transact) -------------------------------------
+# -- writes (run by PgDatabase.transact) -----------------------------------------
+#
+# The hot ones (put, put_many, claim, ack, extend, fail, release) are each ONE
+# statement, data-modifying CTEs and the NOTIFY included: PgDatabase runs
+# them in autocommit, one round trip, instead of BEGIN, the statement and
+# COMMIT (three). They are listed in ONE_STATEMENT. The others, and any call
+# with the caller's ``also=`` SQL, run in a transaction.
 
 # A row of the logic: (queue, priority, run_at, payload, max_attempts, key,
 # created_at), times from the host's clock. Only run_at - created_at (the
@@ -138,22 +146,33 @@ def _notify(conn: Any, queue: str) -> None:
 Row = tuple[str, int, float, str, int, "str | None", float]
 
 _INSERT = f"""
-INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, key, created_at)
-VALUES (%s, 0, %s, now() + %s * interval '1 second', %s::jsonb, %s, %s, now())
-ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state <> 2 DO NOTHING
-RETURNING id
+WITH ins AS (
+    INSERT INTO {TABLE}
+           (queue, state, priority, run_at, payload, max_attempts, key, created_at)
+    VALUES (%(queue)s, 0, %(priority)s, now() + %(delay)s * interval '1 second',
+            %(payload)s::jsonb, %(max_attempts)s, %(key)s, now())
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state <> 2 DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify('{CHANNEL}', %(queue)s) FROM ins
 """
 
 
 def insert_one(conn: Any, row: Row) -> int:
     queue, priority, run_at, payload, max_attempts, key, created_at = row
-    delay = max(run_at - created_at, 0.0)
+    params = {
+        "queue": queue,
+        "priority": priority,
+        "delay": max(run_at - created_at, 0.0),
+        "payload": payload,
+        "max_attempts": max_attempts,
+        "key": key,
+    }
     while True:
-        got = conn.execute(_INSERT, (queue, priority, delay, payload, max_attempts, key)).fetchone()
+        got = conn.execute(_INSERT, params).fetchone()
         if got is not None:
-            _notify(conn, queue)
             return int(got[0])
-        # The key is taken (ON CONFLICT keeps the transaction usable, where a
+        # The key is taken (ON CONFLICT keeps a transaction usable, where a
         # unique violation would abort it). Unless its holder finished in
         # between, in which case the insert is tried again.
         holder = conn.execute(
@@ -165,80 +184,103 @@ def insert_one(conn: Any, row: Row) -> int:
 
 
 _INSERT_MANY = f"""
-INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, created_at)
-SELECT u.queue, 0, u.priority, now() + u.delay * interval '1 second', u.payload::jsonb,
-       u.max_attempts, now()
-  FROM unnest(%s::text[], %s::bigint[], %s::float8[], %s::text[], %s::bigint[])
-       WITH ORDINALITY AS u(queue, priority, delay, payload, max_attempts, i)
- ORDER BY u.i
-RETURNING id
+WITH ins AS (
+    INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, created_at)
+    SELECT %(queue)s, 0, u.priority, now() + u.delay * interval '1 second', u.payload::jsonb,
+           u.max_attempts, now()
+      FROM unnest(%(priority)s::bigint[], %(delay)s::float8[], %(payload)s::text[],
+                  %(max_attempts)s::bigint[])
+           WITH ORDINALITY AS u(priority, delay, payload, max_attempts, i)
+     ORDER BY u.i
+    RETURNING id
+)
+SELECT array_agg(id ORDER BY id), pg_notify('{CHANNEL}', %(queue)s) FROM ins
 """
 
 
 def insert_many(conn: Any, rows: Sequence[Row]) -> list[int]:
-    """Insert ``rows`` (no keys) in one statement; return their ids in order.
-    The identity column numbers rows in the order the SELECT produces them
-    (by ordinality), so sorting the returned ids gives the rows' order."""
+    """Insert ``rows`` (no keys, one queue) in one statement; return their
+    ids in order. The identity column numbers rows in the order the SELECT
+    produces them (by ordinality), so the sorted ids are the rows' order."""
     if len(rows) == 1:
         return [insert_one(conn, rows[0])]
-    cols = list(zip(*rows, strict=True))
-    delays = [max(r - c, 0.0) for r, c in zip(cols[2], cols[6], strict=True)]
-    got = conn.execute(
-        _INSERT_MANY, (list(cols[0]), list(cols[1]), delays, list(cols[3]), list(cols[4]))
-    ).fetchall()
-    for queue in dict.fromkeys(cols[0]):
-        _notify(conn, queue)
-    return sorted(r[0] for r in got)
+    queues = {r[0] for r in rows}
+    if len(queues) != 1:
+        raise ValueError(f"insert_many takes rows of one queue, got {sorted(queues)}")
+    params = {
+        "queue": rows[0][0],
+        "priority": [r[1] for r in rows],
+        "delay": [max(r[2] - r[6], 0.0) for r in rows],
+        "payload": [r[3] for r in rows],
+        "max_attempts": [r[4] for r in rows],
+    }
+    ids: list[int] = conn.execute(_INSERT_MANY, params).fetchone()[0]
+    return ids
 
 
-_SWEEP = f"""
-UPDATE {TABLE}
-   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
-       done_at = CASE WHEN attempts >= max_attempts THEN now() END,
-       token = CASE WHEN attempts >= max_attempts THEN NULL ELSE token END,
-       last_error = 'lease expired before the job was acked (attempt ' ||
-                    attempts || ' of ' || max_attempts || ')',
-       lease_until = NULL
- WHERE id IN (SELECT id FROM {TABLE}
-               WHERE queue = %s AND state = 1 AND lease_until <= now()
-               FOR UPDATE SKIP LOCKED)
-"""
+_EXPIRED = (
+    "'lease expired before the job was acked (attempt ' || {t}attempts || ' of ' || "
+    "{t}max_attempts || ')'"
+)
 
+# One statement, the SQLite store's sweep and claim together: expired leases
+# go to the dead letters (no attempts left) or back to the queue, keeping
+# their token (the late worker may still ack until someone claims them);
+# the n best of the due and the expired jobs are leased with the new token.
+# Rows are locked with SKIP LOCKED, so concurrent claimers never wait for
+# each other or share a job. (In one snapshot the claim cannot see the
+# sweep's writes, so it picks among the expired rows itself.)
 _CLAIM = f"""
-WITH picked AS (
-    SELECT id FROM {TABLE}
+WITH dead AS (
+    UPDATE {TABLE}
+       SET state = 3, done_at = now(), token = NULL, lease_until = NULL,
+           last_error = {_EXPIRED.format(t="")}
+     WHERE id IN (SELECT id FROM {TABLE}
+                   WHERE queue = %(queue)s AND state = 1 AND lease_until <= now()
+                     AND attempts >= max_attempts
+                     FOR UPDATE SKIP LOCKED)
+), due AS (
+    SELECT id, priority, run_at FROM {TABLE}
      WHERE queue = %(queue)s AND state = 0 AND run_at <= now()
      ORDER BY priority DESC, run_at, id
      LIMIT %(n)s
        FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, priority, run_at FROM {TABLE}
+     WHERE queue = %(queue)s AND state = 1 AND lease_until <= now()
+       AND attempts < max_attempts
+       FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(n)s
+), swept AS (
+    UPDATE {TABLE}
+       SET state = 0, lease_until = NULL, last_error = {_EXPIRED.format(t="")}
+     WHERE id IN (SELECT id FROM expired EXCEPT SELECT id FROM picked)
 ), claimed AS (
     UPDATE {TABLE} AS j
        SET state = 1, token = %(token)s, attempts = j.attempts + 1,
-           lease_until = now() + %(lease)s * interval '1 second'
+           lease_until = now() + %(lease)s * interval '1 second',
+           last_error = CASE WHEN j.state = 1 THEN {_EXPIRED.format(t="j.")}
+                             ELSE j.last_error END
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.id, j.payload, j.attempts, j.priority, j.run_at, j.max_attempts
 )
-SELECT id, payload::text, attempts, priority, {_epoch("run_at")}, max_attempts
+SELECT id, payload::text, attempts, priority, {_epoch("run_at")}, max_attempts,
+       {_epoch("now() + %(lease)s * interval '1 second'")}
   FROM claimed
  ORDER BY priority DESC, run_at, id
 """
 
-_LEASE_END = "SELECT extract(epoch FROM now() + %s * interval '1 second')::float8"
-
 
 def claim(conn: Any, queue: str, n: int, lease: float, token: int) -> tuple[list[Any], float]:
-    """Sweep expired leases back (or to the dead letters), then claim up to
-    ``n`` due jobs in one statement, rows locked with SKIP LOCKED. The three
-    statements go to the server in one round trip (pipeline). Returns the
-    rows in claim order and the lease's end, by the server's clock."""
-    sweep = conn.execute(_SWEEP, (queue,))
-    cur = conn.execute(_CLAIM, {"queue": queue, "n": n, "token": token, "lease": lease})
-    end = conn.execute(_LEASE_END, (lease,))
-    rows = cur.fetchall()
-    until = float(end.fetchone()[0])
-    if sweep.rowcount > 0:
-        _notify(conn, queue)  # swept jobs are claimable again, by others too
+    """Claim up to ``n`` due jobs (and dead-letter expired ones) in one
+    statement. Returns the rows in claim order and the lease's end, by the
+    server's clock."""
+    rows = conn.execute(_CLAIM, {"queue": queue, "n": n, "token": token, "lease": lease}).fetchall()
+    until = float(rows[0][6]) if rows else time.time() + lease  # (unused with no rows)
     return rows, until
 
 
@@ -270,10 +312,10 @@ def ack(conn: Any, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
 
 
 _EXTEND = f"""
-UPDATE {TABLE} AS j SET state = 1, lease_until = now() + %s * interval '1 second'
-  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+UPDATE {TABLE} AS j SET state = 1, lease_until = now() + %(lease)s * interval '1 second'
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
  WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
-RETURNING j.id
+RETURNING j.id, {_epoch("now() + %(lease)s * interval '1 second'")}
 """
 
 
@@ -282,21 +324,24 @@ def extend(conn: Any, owned: Sequence[tuple[int, int]], lease: float) -> tuple[l
     takes back a job whose lease ran out and that nobody has claimed since.
     Returns the ids no longer ours and the new end of the leases."""
     ids, tokens = _owned_arrays(owned)
-    cur = conn.execute(_EXTEND, (lease, ids, tokens))
-    end = conn.execute(_LEASE_END, (lease,))
-    kept = {r[0] for r in cur.fetchall()}
-    return [jid for jid in ids if jid not in kept], float(end.fetchone()[0])
+    rows = conn.execute(_EXTEND, {"lease": lease, "ids": ids, "tokens": tokens}).fetchall()
+    kept = {r[0] for r in rows}
+    until = float(rows[0][1]) if rows else time.time() + lease  # (unused: all were lost)
+    return [jid for jid in ids if jid not in kept], until
 
 
 _FAIL = f"""
-UPDATE {TABLE}
-   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
-       done_at = CASE WHEN attempts >= max_attempts THEN now() END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at
-                     ELSE now() + %s * interval '1 second' END,
-       last_error = %s, token = NULL, lease_until = NULL
- WHERE id = %s AND token = %s AND state IN (0, 1)
-RETURNING state, queue
+WITH failed AS (
+    UPDATE {TABLE}
+       SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
+           done_at = CASE WHEN attempts >= max_attempts THEN now() END,
+           run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                         ELSE now() + %s * interval '1 second' END,
+           last_error = %s, token = NULL, lease_until = NULL
+     WHERE id = %s AND token = %s AND state IN (0, 1)
+    RETURNING state, queue
+)
+SELECT state, CASE WHEN state = 0 THEN pg_notify('{CHANNEL}', queue) END FROM failed
 """
 
 
@@ -305,29 +350,35 @@ def fail(conn: Any, jid: int, token: int, now: float, retry_at: float, error: st
     (``retry_at - now``, on the server's clock), or dead. Returns the new
     state, None if not ours."""
     rows = conn.execute(_FAIL, (max(retry_at - now, 0.0), error, jid, token)).fetchall()
-    if not rows:
-        return None
-    if rows[0][0] == READY:
-        _notify(conn, rows[0][1])
-    return int(rows[0][0])
+    return int(rows[0][0]) if rows else None
 
 
 _RELEASE = f"""
-UPDATE {TABLE} AS j
-   SET state = 0, attempts = greatest(j.attempts - 1, 0), token = NULL, lease_until = NULL
-  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
- WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
-RETURNING j.id, j.queue
+WITH back AS (
+    UPDATE {TABLE} AS j
+       SET state = 0, attempts = greatest(j.attempts - 1, 0), token = NULL, lease_until = NULL
+      FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+     WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
+    RETURNING j.id, j.queue
+)
+SELECT id, pg_notify('{CHANNEL}', queue) FROM back
 """
 
 
 def release(conn: Any, owned: Sequence[tuple[int, int]]) -> list[int]:
     """Give jobs back unstarted; returns the ids that were no longer ours."""
-    rows = conn.execute(_RELEASE, _owned_arrays(owned)).fetchall()
-    for queue in {r[1] for r in rows}:
-        _notify(conn, queue)
-    back = {r[0] for r in rows}
+    back = {r[0] for r in conn.execute(_RELEASE, _owned_arrays(owned)).fetchall()}
     return [jid for jid, _ in owned if jid not in back]
+
+
+ONE_STATEMENT = frozenset({insert_one, insert_many, claim, ack, extend, fail, release})
+
+
+def runs_alone(fn: Callable[..., Any]) -> bool:
+    """Is ``fn`` (maybe a ``functools.partial`` of the logic's) one of the
+    one-statement writes, safe to run in autocommit?"""
+    target = fn.func if isinstance(fn, partial) else fn
+    return target in ONE_STATEMENT
 
 
 _REVIVE = (
