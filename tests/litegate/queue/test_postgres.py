@@ -237,3 +237,29 @@ def test_the_worker_cli_runs_every_job_once_on_a_url(pg_empty: str, tmp_path: Pa
     assert seen == Counter(range(20))
     with Queue(pg_empty, "cli") as q:
         assert q.counts()["done"] == 20
+
+
+def test_hot_statements_use_their_indexes(pg_empty: str) -> None:
+    """With many finished jobs, claims, sweeps, acks, due times and dead
+    letters go through their indexes: none scans the table."""
+    import psycopg
+
+    from litegate.queue import _postgres
+
+    with Queue(pg_empty, "idx") as q:
+        for _ in range(4):
+            q.put_many(list(range(1000)))
+            q.ack_many(q.claim(n=1000))
+        q.put_many(list(range(10)))
+    statements: list[tuple[str, Any]] = [
+        (_postgres._CLAIM, {"queue": "idx", "n": 10, "token": 1, "lease": 30.0}),
+        (_postgres._ACK, ([1, 2], [1, 1])),
+        (_postgres._ACK_ONE, (1, 1)),
+        (_postgres.NEXT_DUE, {"queue": "idx", "now": 1.0}),
+        (_postgres.SELECT_DEAD, {"queue": "idx", "limit": 10}),
+    ]
+    with psycopg.connect(pg_empty, autocommit=True) as conn:
+        conn.execute("ANALYZE litegate_jobs")
+        for sql, params in statements:
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
+            assert "Seq Scan" not in plan, plan
