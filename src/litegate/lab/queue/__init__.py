@@ -36,6 +36,25 @@ Every cell runs on a fresh database in a temporary directory, its worker
 processes (``spawn``) start together on a barrier, and every run is bounded
 in time. Each side applies the profile's PRAGMAs itself. Every job put is
 accounted for: processed exactly once, or still in the queue.
+
+``--backend postgres`` runs the same scenarios and end-to-end rows on a
+PostgreSQL server (a throwaway one started for the run, fsync on, or
+``--pg-url``), a fresh database per cell, for three queues:
+
+- ``litegate``: ``litegate.queue.Queue(url)``, as on SQLite;
+- ``procrastinate``: ``defer_async`` / ``batch_defer_async``; claims through
+  ``App.job_manager.fetch_job`` + ``finish_job`` (what its worker calls, one
+  job per query);
+- ``pgqueuer`` (asyncpg driver): ``Queries.enqueue`` (lists for a batch);
+  claims through ``Queries.dequeue`` + ``log_jobs`` (what its QueueManager
+  calls).
+
+In the end-to-end rows the two peers consume with their own worker loops
+(``App.run_worker_async``, ``PgQueuer.run``), litegate with claim/ack. The
+PRAGMA profiles do not apply (one configuration: the server's); the database
+size stands in for the WAL's, lock conflicts for SQLITE_BUSY; the targets
+are issue 11's (end to end >= 15,000 jobs/s batched, >= 3,000 one-job, and
+>= 1x each peer).
 """
 
 from __future__ import annotations
@@ -47,7 +66,10 @@ from ._config import Config, add_arguments, config_from_args
 from ._render import render
 from ._run import NAME, plan, run
 
-HELP = "seed 004: task queue (put/claim/ack) under three profiles vs sqlite3, huey, litequeue"
+HELP = (
+    "seed 004: task queue (put/claim/ack) under three profiles vs sqlite3, huey, litequeue; "
+    "--backend postgres: vs procrastinate, pgqueuer"
+)
 
 __all__ = [
     "HELP",

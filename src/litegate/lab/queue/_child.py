@@ -16,7 +16,9 @@ Roles:
 - ``produce``: ``count`` jobs with ``put`` (``batch`` 1) or ``put_many``
   (e2e producers);
 - ``consume``: claim ``batch`` jobs and ack them (``ack`` or ``ack_many``)
-  until the producers are done and the queue is empty (e2e workers).
+  until the producers are done and the queue is empty (e2e workers); for a
+  side with a worker loop of its own (the PostgreSQL peers), that loop runs
+  instead, ``threads`` jobs at a time (:class:`WorkerRunner`).
 
 Every role stops at the cell's deadline whatever it is doing.
 """
@@ -55,10 +57,11 @@ class Role:
 @dataclass(frozen=True)
 class Spec:
     side: str
-    path: str
+    path: str  # the database file; on PostgreSQL, the cell's database URL
     profile: str
     role: Role
     limit_s: float  # the cell's bound: every thread stops this long after the start
+    backend: str = "sqlite"
 
 
 @dataclass
@@ -256,6 +259,35 @@ class Runner:
                 time.sleep(POLL_S)
 
 
+class WorkerRunner:
+    """A consumer that is the side's own worker loop (``Side.work``): it
+    runs, ``role.threads`` jobs at a time, until the producers are done and
+    the queue is empty; every job its handler runs counts as done. There is
+    no claim call to time, so no claim latency."""
+
+    def __init__(self, spec: Spec, side: Side, producers_done: Event | None) -> None:
+        self.spec = spec
+        self.side = side
+        self.producers_done = producers_done
+        self.r = ThreadResult()
+
+    def run(self) -> ThreadResult:
+        assert self.producers_done is not None
+        r = self.r
+        r.start = time.monotonic()
+        role = self.spec.role
+        try:
+            r.timed_out = self.side.work(
+                role.threads, role.batch, self.spec.limit_s, self.producers_done, r.done.append
+            )
+        except Exception as exc:
+            r.error(exc)
+        finally:
+            r.end = time.monotonic()
+        r.ops = len(r.done)
+        return r
+
+
 def _merge(results: list[ThreadResult]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "latencies_ms": array("d"),
@@ -293,14 +325,20 @@ def child_main(
     side: Side | None = None
     reported = False
     try:
-        side = open_side(spec.side, spec.path, spec.profile)
-        clients = [side.client() for _ in range(spec.role.threads)]
-        runners = [Runner(spec, c, i, producers_done) for i, c in enumerate(clients)]
+        side = open_side(
+            spec.side, spec.path, spec.profile, backend=spec.backend, threads=spec.role.threads
+        )
+        runners: list[Runner | WorkerRunner]
+        if spec.role.kind == "consume" and side.own_worker:
+            runners = [WorkerRunner(spec, side, producers_done)]
+        else:
+            clients = [side.client() for _ in range(spec.role.threads)]
+            runners = [Runner(spec, c, i, producers_done) for i, c in enumerate(clients)]
         local = threading.Barrier(len(runners) + 1)
         done: list[ThreadResult] = []
         lock = threading.Lock()
 
-        def body(runner: Runner) -> None:
+        def body(runner: Runner | WorkerRunner) -> None:
             local.wait()
             res = runner.run()
             with lock:

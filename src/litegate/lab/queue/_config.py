@@ -12,18 +12,27 @@ from .. import _stats
 from .._args import csv as _csv
 from .._args import positive_float as _seconds
 from .._args import positive_int as _count
-from ._sides import PEER_MODULES, SIDES
+from ._pg import is_url, redact
+from ._sides import ALL_SIDES, BACKENDS, PEER_MODULES, SIDES, SIDES_BY_BACKEND
 
 SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
 PROFILES = ("conservative", "balanced", "aggressive")
+PG_PROFILE = "postgres"
+"""The one "profile" on PostgreSQL: the server's own settings (seed 004's
+PRAGMA profiles are SQLite's)."""
+PG_CELL_TIMEOUT = 300.0
 E2E_MODES = ("batched", "one-job")
 INSTALL = "pip install 'litegate[queue]'"
+PG_INSTALL = "pip install 'litegate[queue,postgres]'"
 
 
 @dataclass(frozen=True)
 class Config:
+    backend: str = "sqlite"
+    pg_url: str | None = None  # an existing server; None: a throwaway PgServer for the run
+    pg_fsync: bool = True  # the throwaway server's fsync
     scenarios: tuple[str, ...] = SCENARIOS
-    sides: tuple[str, ...] = SIDES
+    sides: tuple[str, ...] = SIDES  # on postgres, the SQLite default becomes PG_SIDES
     profiles: tuple[str, ...] = PROFILES  # single, concurrent, mixed, stress
     long_profiles: tuple[str, ...] = ("balanced",)
     e2e_profiles: tuple[str, ...] = ("balanced",)
@@ -48,8 +57,37 @@ class Config:
     start_method: str = "spawn"
     noise_k: float = _stats.NOISE_K
 
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.backend == "postgres":
+            # The SQLite defaults (sides, PRAGMA profiles) stand for "every
+            # side" and "the one configuration" on PostgreSQL.
+            if self.sides == SIDES:
+                object.__setattr__(self, "sides", SIDES_BY_BACKEND["postgres"])
+            for name in ("profiles", "long_profiles", "e2e_profiles"):
+                if set(getattr(self, name)) <= set(PROFILES):
+                    object.__setattr__(self, name, (PG_PROFILE,))
+        valid = SIDES_BY_BACKEND[self.backend]
+        wrong = [s for s in self.sides if s not in valid]
+        if wrong:
+            raise ValueError(
+                f"side(s) {', '.join(wrong)} do not run on {self.backend}; "
+                f"pick from {','.join(valid)}"
+            )
+        profiles = (PG_PROFILE,) if self.backend == "postgres" else PROFILES
+        for name in ("profiles", "long_profiles", "e2e_profiles"):
+            bad = [p for p in getattr(self, name) if p not in profiles]
+            if bad:
+                raise ValueError(f"{name} {bad} are not {self.backend}'s ({', '.join(profiles)})")
+        if self.pg_url is not None and (self.backend != "postgres" or not is_url(self.pg_url)):
+            raise ValueError("--pg-url takes a postgresql:// URL, with --backend postgres")
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.pg_url is not None:
+            data["pg_url"] = redact(self.pg_url)  # never a password in the results
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Config:
@@ -63,6 +101,9 @@ class Config:
 def quick(cfg: Config) -> Config:
     """The ``--quick`` sizes: one profile, short runs (~90 s in all)."""
     return Config(
+        backend=cfg.backend,
+        pg_url=cfg.pg_url,
+        pg_fsync=cfg.pg_fsync,
         scenarios=cfg.scenarios,
         sides=cfg.sides,
         profiles=("balanced",),
@@ -83,11 +124,13 @@ def quick(cfg: Config) -> Config:
     )
 
 
+def peer_modules(side: str) -> list[str]:
+    return [m for m in PEER_MODULES.get(side, "").split(",") if m]
+
+
 def missing_peers(sides: Sequence[str]) -> list[str]:
-    """The chosen sides whose third-party module this Python lacks."""
-    return [
-        s for s in sides if s in PEER_MODULES and importlib.util.find_spec(PEER_MODULES[s]) is None
-    ]
+    """The chosen sides whose third-party modules this Python lacks."""
+    return [s for s in sides if any(importlib.util.find_spec(m) is None for m in peer_modules(s))]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -103,6 +146,28 @@ def _ints(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("queue options")
     g.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="sqlite",
+        help="sqlite: one SQLite file per cell, sides "
+        f"{','.join(SIDES)}; postgres: one database per cell on a PostgreSQL server, "
+        f"sides {','.join(SIDES_BY_BACKEND['postgres'])} (default sqlite)",
+    )
+    g.add_argument(
+        "--pg-url",
+        default=None,
+        metavar="URL",
+        help="with --backend postgres: the server to use (a postgresql:// URL whose user "
+        "may CREATE DATABASE; a database per cell is created and dropped). Default: a "
+        "throwaway server started for the run (needs PostgreSQL's server binaries)",
+    )
+    g.add_argument(
+        "--pg-fsync",
+        choices=("on", "off"),
+        default="on",
+        help="fsync of the throwaway server (default on: commits reach the disk)",
+    )
+    g.add_argument(
         "--scenarios",
         type=_csv(SCENARIOS),
         default=None,
@@ -111,10 +176,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--sides",
-        type=_csv(SIDES),
+        type=_csv(ALL_SIDES),
         default=None,
         metavar="LIST",
-        help=f"which queues (default all: {','.join(SIDES)})",
+        help=f"which queues (default all of the backend's: {','.join(SIDES)} on sqlite, "
+        f"{','.join(SIDES_BY_BACKEND['postgres'])} on postgres)",
     )
     g.add_argument(
         "--profiles",
@@ -215,12 +281,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=None,
         metavar="S",
-        help="a cell with a fixed amount of work stops after this long (default 60; quick 30)",
+        help="a cell with a fixed amount of work stops after this long (default 60, "
+        f"{PG_CELL_TIMEOUT:g} on postgres; quick 30)",
     )
 
 
+def _backend_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--backend``, ``--pg-url``, ``--pg-fsync``, checked together."""
+    backend = getattr(args, "backend", "sqlite")
+    url = getattr(args, "pg_url", None)
+    fsync = getattr(args, "pg_fsync", "on")
+    if backend != "postgres":
+        if url is not None or fsync != "on":
+            raise ValueError("--pg-url and --pg-fsync go with --backend postgres")
+        return {}
+    for name in ("profiles", "long_profiles", "e2e_profiles"):
+        if getattr(args, name, None) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag}: the PRAGMA profiles are SQLite's; not with --backend postgres"
+            )
+    if url is not None and not is_url(url):
+        raise ValueError(f"--pg-url takes a postgresql:// URL, got {redact(url)!r}")
+    if url is not None and fsync != "on":
+        raise ValueError("--pg-fsync is for the throwaway server; not with --pg-url")
+    if importlib.util.find_spec("psycopg") is None:
+        raise ValueError(f"--backend postgres needs psycopg 3. Install it with:  {PG_INSTALL}")
+    if url is None:
+        from .._pgserver import MISSING_HELP, find_bindir
+
+        if find_bindir() is None:
+            raise ValueError(f"{MISSING_HELP} Or use a server you run: --pg-url URL")
+    return {"backend": backend, "pg_url": url, "pg_fsync": fsync == "on"}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    base = Config(runs=args.runs, noise_k=args.noise_k)
+    base = Config(runs=args.runs, noise_k=args.noise_k, **_backend_args(args))
     cfg = quick(base) if args.quick else base
     changes: dict[str, Any] = {}
     for name in (
@@ -242,6 +338,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         value = getattr(args, name, None)
         if value is not None:
             changes[name] = value
+    if cfg.backend == "postgres" and getattr(args, "cell_timeout", None) is None and not args.quick:
+        # procrastinate's worker runs a few hundred jobs/s here: 40,000 jobs
+        # take minutes, not the 60 s that bound every SQLite cell.
+        changes["cell_timeout"] = PG_CELL_TIMEOUT
     if args.seconds is not None:
         changes["mixed_seconds"] = args.seconds
         changes["long_seconds"] = args.seconds
@@ -250,7 +350,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     cfg = Config(**{**asdict(cfg), **changes})
     missing = missing_peers(cfg.sides)
     if missing:
-        modules = ", ".join(PEER_MODULES[s] for s in missing)
+        modules = ", ".join(m for s in missing for m in peer_modules(s))
         others = ",".join(s for s in cfg.sides if s not in missing) or "litegate"
         raise ValueError(
             f"the {', '.join(missing)} side(s) need {modules} (the queue extra). "

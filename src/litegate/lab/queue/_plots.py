@@ -6,10 +6,19 @@ from pathlib import Path
 from typing import Any
 
 from .._charts import Bar, grouped_bars, lines
-from ._run import find
+from ._run import find, size_keys
 
 MIB = 1024 * 1024
-SHORT = {"conservative": "cons", "balanced": "bal", "aggressive": "aggr"}
+SHORT = {"conservative": "cons", "balanced": "bal", "aggressive": "aggr", "postgres": "pg"}
+
+
+def _backend(result: dict[str, Any]) -> str:
+    return str(result["config"].get("backend", "sqlite"))
+
+
+def _on(result: dict[str, Any]) -> str:
+    return "PostgreSQL" if _backend(result) == "postgres" else "SQLite"
+
 
 THROUGHPUT = {
     "single": "throughput",
@@ -49,16 +58,20 @@ def throughput_chart(result: dict[str, Any], out: Path) -> Path | None:
         return None
     return grouped_bars(
         out / "queue-throughput.png",
-        title="litegate bench queue (seed 004): throughput per side, median (bars: min..max)",
+        title=f"litegate bench queue (seed 004) on {_on(result)}: throughput per side, "
+        "median (bars: min..max)",
         panels=panels,
         ylabel="per second (symlog)",
     )
 
 
 def wal_chart(result: dict[str, Any], out: Path) -> list[Path]:
-    """WAL bytes over time in the long run, one line per side (first run)."""
+    """WAL bytes (on PostgreSQL: database bytes) over time in the long run,
+    one line per side (first run)."""
     from matplotlib.figure import Figure
 
+    pg = _backend(result) == "postgres"
+    series_key = size_keys(_backend(result))[2]
     paths = []
     for prof in result["config"]["long_profiles"]:
         runs = [
@@ -71,7 +84,7 @@ def wal_chart(result: dict[str, Any], out: Path) -> list[Path]:
         fig = Figure(figsize=(9, 4.5), layout="constrained")
         ax = fig.subplots()
         for r in runs:
-            series = r.get("wal_series") or []
+            series = r.get(series_key) or []
             ax.plot(
                 [t for t, _ in series],
                 [b / MIB for _, b in series],
@@ -79,11 +92,15 @@ def wal_chart(result: dict[str, Any], out: Path) -> list[Path]:
                 linewidth=1.2,
             )
         ax.set_xlabel("seconds")
-        ax.set_ylabel("WAL size, MiB")
-        ax.set_title(f"long run, profile {prof}: size of the -wal file over time")
+        if pg:
+            ax.set_ylabel("database size, MiB")
+            ax.set_title("long run on PostgreSQL: pg_database_size over time")
+        else:
+            ax.set_ylabel("WAL size, MiB")
+            ax.set_title(f"long run, profile {prof}: size of the -wal file over time")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        path = out / f"queue-wal-{prof}.png"
+        path = out / (f"queue-dbsize-{prof}.png" if pg else f"queue-wal-{prof}.png")
         fig.savefig(path, dpi=100)
         paths.append(path)
     return paths
@@ -109,7 +126,8 @@ def stress_chart(result: dict[str, Any], out: Path) -> list[Path]:
         paths.append(
             lines(
                 out / f"queue-stress-{prof}.png",
-                title=f"stress ramp, profile {prof}: put -> claim -> ack cycles per second",
+                title=f"stress ramp on {_on(result)}, profile {prof}: put -> claim -> ack "
+                "cycles per second",
                 x=[float(x) for x in xs],
                 series=series,
                 xlabel="worker processes",

@@ -1,5 +1,8 @@
 """The report of ``bench queue``: seed 004's markdown tables, one per
-scenario, with the sides as extra rows under each configuration."""
+scenario, with the sides as extra rows under each configuration. On
+PostgreSQL the same tables, with the server's one configuration, the
+database's size where SQLite has its WAL's, and lock conflicts where it has
+SQLITE_BUSY."""
 
 from __future__ import annotations
 
@@ -8,14 +11,45 @@ from typing import Any
 
 from .._report import fmt_pct
 from ._config import Config
-from ._run import find, median_of
-from ._sides import SIDE_TITLES
+from ._run import find, median_of, size_keys
+from ._sides import side_title
 
 PROFILE_TITLES = {
     "conservative": "Conservative",
     "balanced": "Balanced",
     "aggressive": "Aggressive",
+    "postgres": "PostgreSQL",
 }
+
+BACKEND_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+
+WORDS = {
+    "sqlite": {
+        "peak": "Peak WAL",
+        "final": "Final WAL",
+        "busy": "BUSY",
+        "busy_errors": "SQLITE_BUSY Errors",
+        "busy_text": "BUSY counts every SQLITE_BUSY seen, retried or not",
+        "size_text": "WAL size sampled",
+    },
+    "postgres": {
+        "peak": "Peak DB size",
+        "final": "Final DB size",
+        "busy": "Conflicts",
+        "busy_errors": "Lock conflicts",
+        "busy_text": "Lock conflicts: serialization failures, deadlocks, lock not available",
+        "size_text": "database size (pg_database_size) sampled",
+    },
+}
+
+
+def _w(cfg: Config, word: str) -> str:
+    return WORDS[cfg.backend][word]
+
+
+def _size(cfg: Config, e: dict[str, Any], final: bool = False) -> str:
+    peak, last, _ = size_keys(cfg.backend)
+    return fmt_bytes(median_of(e, last if final else peak))
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -113,8 +147,8 @@ def single_table(result: dict[str, Any], cfg: Config) -> str:
         "P95 Latency (ms)",
         "P99 Latency (ms)",
         "Errors",
-        "BUSY",
-        "Peak WAL",
+        _w(cfg, "busy"),
+        _w(cfg, "peak"),
     ]
     if runs > 1:
         headers += ["CV tput", "CV p99"]
@@ -132,7 +166,7 @@ def single_table(result: dict[str, Any], cfg: Config) -> str:
                 _ms(median_of(e, "p99")),
                 _errors(e) + (f" {_flags(e)}" if _flags(e) else ""),
                 _busy(e),
-                fmt_bytes(median_of(e, "wal_peak_bytes")),
+                _size(cfg, e),
             ]
             if runs > 1:
                 row += [_cv(e, "throughput"), _cv(e, "p99")]
@@ -148,10 +182,10 @@ def concurrent_table(result: dict[str, Any], cfg: Config, n: int) -> str:
         "Throughput (tasks/sec)",
         "Median Latency (ms)",
         "Error Rate (%)",
-        "SQLITE_BUSY Errors",
+        _w(cfg, "busy_errors"),
         "P95 (ms)",
         "P99 (ms)",
-        "Peak WAL",
+        _w(cfg, "peak"),
     ]
     if cfg.runs > 1:
         headers += ["CV tput", "CV p99"]
@@ -173,7 +207,7 @@ def concurrent_table(result: dict[str, Any], cfg: Config, n: int) -> str:
                 f"{busy:,.0f}/{total:,}",
                 _ms(median_of(e, "p95")),
                 _ms(median_of(e, "p99")),
-                fmt_bytes(median_of(e, "wal_peak_bytes")),
+                _size(cfg, e),
             ]
             if cfg.runs > 1:
                 row += [_cv(e, "throughput"), _cv(e, "p99")]
@@ -187,6 +221,8 @@ NOTES = {
     "seed": "retries BUSY 3x",
     "litequeue": "lock, no lease expiry",
     "litegate": "lease + ack",
+    "procrastinate": "fetch_job/finish_job, 1 job per query",
+    "pgqueuer": "dequeue/log_jobs",
 }
 
 
@@ -202,9 +238,9 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
         "Claim P95 (ms)",
         "Claim P99 (ms)",
         "Total Errors",
-        "BUSY",
-        "Peak WAL",
-        "Final WAL",
+        _w(cfg, "busy"),
+        _w(cfg, "peak"),
+        _w(cfg, "final"),
         "Notes",
     ]
     if cfg.runs > 1:
@@ -226,8 +262,8 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
                 _ms(median_of(e, "p99")),
                 _errors(e),
                 _busy(e),
-                fmt_bytes(median_of(e, "wal_peak_bytes")),
-                fmt_bytes(median_of(e, "wal_final_bytes")),
+                _size(cfg, e),
+                _size(cfg, e, final=True),
                 NOTES.get(e["side"], "") + (f"; {flags}" if flags else ""),
             ]
             if cfg.runs > 1:
@@ -246,8 +282,8 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
         "P50 (ms)",
         "P99 (ms)",
         "Errors",
-        "BUSY",
-        "Peak WAL",
+        _w(cfg, "busy"),
+        _w(cfg, "peak"),
     ]
     if cfg.runs > 1:
         headers += ["CV tput", "CV p99"]
@@ -272,7 +308,7 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
                     _ms(median_of(e, "p99")),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
-                    fmt_bytes(median_of(e, "wal_peak_bytes")),
+                    _size(cfg, e),
                 ]
                 if cfg.runs > 1:
                     row += [_cv(e, "throughput"), _cv(e, "p99")]
@@ -307,6 +343,13 @@ def breaking_points(result: dict[str, Any], cfg: Config) -> list[str]:
     return lines
 
 
+E2E_BASELINES = {
+    "sqlite": (("batched", "bare"), ("one-job", "seed")),
+    # on PostgreSQL every side runs both rows: each is set against litegate's
+    "postgres": (("batched", "litegate"), ("one-job", "litegate")),
+}
+
+
 def e2e_table(result: dict[str, Any], cfg: Config) -> str:
     summary = result["summary"]
     headers = [
@@ -315,20 +358,20 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
         "Side",
         "Jobs",
         "Jobs/sec",
-        "vs baseline",
+        "vs litegate" if cfg.backend == "postgres" else "vs baseline",
         "Claim P50 (ms)",
         "Claim P95 (ms)",
         "Claim P99 (ms)",
         "Worker share min/max",
         "Errors",
-        "BUSY",
-        "Peak WAL",
+        _w(cfg, "busy"),
+        _w(cfg, "peak"),
     ]
     if cfg.runs > 1:
         headers += ["CV jobs/s"]
     rows = []
     for prof in cfg.e2e_profiles:
-        for variant, base_side in (("batched", "bare"), ("one-job", "seed")):
+        for variant, base_side in E2E_BASELINES[cfg.backend]:
             base = median_of(find(summary, "e2e", prof, variant, base_side), "throughput")
             first = True
             for side in cfg.sides:
@@ -357,7 +400,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
                     f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
-                    fmt_bytes(median_of(e, "wal_peak_bytes")),
+                    _size(cfg, e),
                 ]
                 if cfg.runs > 1:
                     row.append(_cv(e, "throughput"))
@@ -366,14 +409,29 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
 
 
 def _threads_note(cfg: Config, variant: str, side: str) -> str:
+    if cfg.backend == "postgres":
+        return _pg_note(cfg, variant, side)
     if variant == "batched":
         return f" (batches of {cfg.batch})"
     t = cfg.seed_threads if side == "seed" else cfg.e2e_threads
     return f" ({t} thread{'s' if t > 1 else ''}/process)"
 
 
+def _pg_note(cfg: Config, variant: str, side: str) -> str:
+    """How each side ran an end-to-end row on PostgreSQL (see _run._plan_pg_e2e)."""
+    t, b = cfg.e2e_threads, cfg.batch
+    if side == "litegate":
+        return f" (batches of {b})" if variant == "batched" else f" ({t} threads/process)"
+    put = f"batches of {b}" if variant == "batched" else f"puts from {t} threads/process"
+    if side == "procrastinate":
+        return f" ({put}; its worker, concurrency {t}, 1 job per fetch)"
+    size = b if variant == "batched" else 1
+    return f" ({put}; its worker, batch_size {size})"
+
+
 def target_lines(result: dict[str, Any]) -> list[str]:
-    lines = ["Targets (litegate; medians; reported, never asserted):"]
+    where = " on PostgreSQL" if result.get("backend") == "postgres" else ""
+    lines = [f"Targets (litegate{where}; medians; reported, never asserted):"]
     for t in result["targets"]:
         status = "met " if t["met"] else "MISS"
         lines.append(f"  [{status}] {t['target']}: {t['detail']}")
@@ -403,16 +461,40 @@ def _problems(result: dict[str, Any]) -> list[str]:
     return out
 
 
+PG_E2E_TEXT = (
+    " On PostgreSQL litegate runs the claim/ack loop above; procrastinate and pgqueuer "
+    "consume with their own worker loop (procrastinate: App.run_worker_async; pgqueuer: "
+    "PgQueuer.run), started with the cell, running as in production until the producers "
+    "are done, then in their drain mode (wait=False; mode=drain) until the queue is empty. "
+    "Their jobs count when the worker runs them (no claim latency to time); producers use "
+    "defer_async / batch_defer_async and Queries.enqueue (lists in the batched row)."
+)
+
+
+def server_line(result: dict[str, Any]) -> str:
+    s = result.get("server")
+    if not s:
+        return ""
+    return (
+        f"Server: {s.get('version', '?')}, {s.get('server', '?')}; fsync={s.get('fsync')}, "
+        f"synchronous_commit={s.get('synchronous_commit')}, "
+        f"shared_buffers={s.get('shared_buffers')}"
+    )
+
+
 def render(result: dict[str, Any]) -> str:
     cfg = Config.from_json(result["config"])
     runs = cfg.runs
     what = f"median of {runs} runs" if runs > 1 else "one run"
+    pg = cfg.backend == "postgres"
     parts = [
-        f"# queue (seed 004): {what}; worker processes started with {cfg.start_method}, "
-        "together (barrier); a fresh database per cell",
+        f"# queue (seed 004) on {BACKEND_TITLES[cfg.backend]}: {what}; worker processes "
+        f"started with {cfg.start_method}, together (barrier); a fresh database per cell",
         "",
-        "Sides: " + "; ".join(f"{s} = {SIDE_TITLES[s]}" for s in cfg.sides),
     ]
+    if pg:
+        parts += [server_line(result), ""]
+    parts += ["Sides: " + "; ".join(f"{s} = {side_title(cfg.backend, s)}" for s in cfg.sides)]
     sc = cfg.scenarios
     if "single" in sc:
         parts += [
@@ -430,8 +512,8 @@ def render(result: dict[str, Any]) -> str:
                 f"### Scenario 2: Concurrent Writers ({n} Workers)",
                 "",
                 f"**Test**: {n} worker processes each inserting ~{each:,} tasks "
-                f"({cfg.concurrent_total:,} total); BUSY counts every SQLITE_BUSY seen, "
-                "retried or not; Error Rate = inserts that failed",
+                f"({cfg.concurrent_total:,} total); {_w(cfg, 'busy_text')}; "
+                "Error Rate = inserts that failed",
                 "",
                 concurrent_table(result, cfg, n),
             ]
@@ -462,7 +544,7 @@ def render(result: dict[str, Any]) -> str:
         parts += [
             "",
             f"### Scenario 5: Long-Running ({cfg.long_seconds:g} s of the mixed workload; "
-            f"WAL size sampled every {cfg.long_sample_s:g} s)",
+            f"{_w(cfg, 'size_text')} every {cfg.long_sample_s:g} s)",
             "",
             mixed_table(result, cfg, "long"),
         ]
@@ -472,9 +554,10 @@ def render(result: dict[str, Any]) -> str:
             f"### End to end: {cfg.e2e_producers} producer + {cfg.e2e_workers} worker "
             f"processes, {cfg.e2e_jobs:,} jobs",
             "",
-            "batched: put_many of 100, claim(n=100), ack_many; one-job: put, claim(1), ack. "
-            "Jobs/sec: jobs acknowledged over the time from the first producer's start to "
-            "the last worker's end. Worker share: jobs per worker process.",
+            f"batched: put_many of {cfg.batch}, claim(n={cfg.batch}), ack_many; one-job: put, "
+            "claim(1), ack. Jobs/sec: jobs acknowledged over the time from the first "
+            "producer's start to the last worker's end. Worker share: jobs per worker process."
+            + (PG_E2E_TEXT if pg else ""),
             "",
             e2e_table(result, cfg),
         ]

@@ -1,16 +1,18 @@
 """The parent side of ``bench queue``: which cells to run, how one cell runs
-(fresh database, processes started together, WAL sampled), and what its
-figures are; then the medians across runs and the target checks."""
+(fresh database, processes started together, WAL or database size sampled),
+and what its figures are; then the medians across runs and the target
+checks."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -23,6 +25,7 @@ from .._procs import reap
 from .._progress import Progress
 from ._child import Role, Spec, child_main
 from ._config import Config
+from ._pg import DbSizeSampler, PgCells
 from ._sides import BATCH_SIDES, NO_BATCH, create, remaining
 
 NAME = "queue"
@@ -47,6 +50,14 @@ class Cell:
 
 def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def size_keys(backend: str) -> tuple[str, str, str]:
+    """The figures of a cell's storage size (peak, final) and the raw key of
+    its course: the ``-wal`` file on SQLite, the database on PostgreSQL."""
+    if backend == "postgres":
+        return "db_peak_bytes", "db_final_bytes", "size_series"
+    return "wal_peak_bytes", "wal_final_bytes", "wal_series"
 
 
 def plan(cfg: Config) -> list[Cell]:
@@ -95,6 +106,8 @@ def plan(cfg: Config) -> list[Cell]:
                 for n in cfg.stress_workers:
                     roles = [Role("cycle", i, seconds=cfg.stress_seconds) for i in range(n)]
                     add(scenario, prof, f"{n} workers", roles, cfg.stress_seconds)
+        elif scenario == "e2e" and cfg.backend == "postgres":
+            _plan_pg_e2e(cfg, add)
         elif scenario == "e2e":
             p, w = cfg.e2e_producers, cfg.e2e_workers
             jobs = _split(cfg.e2e_jobs, p)
@@ -118,6 +131,45 @@ def plan(cfg: Config) -> list[Cell]:
         else:  # pragma: no cover - the parser only lets known names through
             raise ValueError(f"unknown scenario {scenario!r}")
     return cells
+
+
+def _plan_pg_e2e(cfg: Config, add: Any) -> None:
+    """The end-to-end rows on PostgreSQL: every side does both (each peer has
+    a batch put), the sides interleaved within each row. litegate claims and
+    acks as on SQLite; the peers consume with their own worker loop:
+    procrastinate's runs ``e2e_threads`` jobs at a time and fetches one per
+    query whatever the row; pgqueuer's fetches ``batch`` per query (1 in the
+    one-job row)."""
+    p, w = cfg.e2e_producers, cfg.e2e_workers
+    jobs = _split(cfg.e2e_jobs, p)
+    for prof in cfg.e2e_profiles:
+        for variant in ("batched", "one-job"):
+            batched = variant == "batched"
+            batch, threads = (cfg.batch, 1) if batched else (1, cfg.e2e_threads)
+            for side in cfg.sides:
+                workers = cfg.e2e_threads if side == "procrastinate" else threads
+                roles = [
+                    Role("produce", i, count=jobs[i], batch=batch, threads=threads)
+                    for i in range(p)
+                ]
+                roles += [Role("consume", p + i, batch=batch, threads=workers) for i in range(w)]
+                add("e2e", prof, variant, roles, sides=[side])
+
+
+@contextlib.contextmanager
+def _storage(cfg: Config, pg: PgCells | None) -> Iterator[str]:
+    """Where a cell's queue lives: a file in a fresh temporary directory, or
+    a fresh database on the server (dropped afterwards)."""
+    if cfg.backend == "postgres":
+        assert pg is not None
+        name, url = pg.fresh()
+        try:
+            yield url
+        finally:
+            pg.drop(name)
+    else:
+        with tempfile.TemporaryDirectory(prefix="litegate-bench-queue-") as tmp:
+            yield os.path.join(tmp, "queue.db")
 
 
 class WalSampler:
@@ -156,6 +208,9 @@ class WalSampler:
     def peak(self) -> int:
         return max((b for _, b in self.samples), default=0)
 
+    def close(self) -> None:
+        pass
+
 
 def _pcts(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
@@ -176,8 +231,11 @@ def _rate(n: float, seconds: float) -> float:
     return n / seconds if seconds > 0 else 0.0
 
 
-def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, Any]:
-    """One cell on a fresh database in a temporary directory."""
+def run_cell(
+    cfg: Config, ctx: BaseContext, run: int, cell: Cell, pg: PgCells | None = None
+) -> dict[str, Any]:
+    """One cell on a fresh database: a file in a temporary directory, or on
+    PostgreSQL a database of its own on ``pg``'s server."""
     rec: dict[str, Any] = {
         "run": run,
         "scenario": cell.scenario,
@@ -192,10 +250,12 @@ def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, A
     if cell.na:
         return rec
     interval = cfg.long_sample_s if cell.scenario == "long" else 0.05
+    if cfg.backend == "postgres":
+        interval = max(interval, 0.1)  # a query each time, not a stat(): less often
+    peak_key, final_key, series_key = size_keys(cfg.backend)
     outs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="litegate-bench-queue-") as tmp:
-        path = os.path.join(tmp, "queue.db")
-        create(cell.side, path, cell.profile)
+    with _storage(cfg, pg) as path:
+        create(cell.side, path, cell.profile, backend=cfg.backend)
         ready = ctx.Barrier(len(cell.roles) + 1)
         results: Queue[Any] = ctx.Queue()
         producers_done = ctx.Event()
@@ -205,7 +265,7 @@ def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, A
             ctx.Process(  # type: ignore[attr-defined]
                 target=child_main,
                 args=(
-                    Spec(cell.side, path, cell.profile, role, cell.limit_s),
+                    Spec(cell.side, path, cell.profile, role, cell.limit_s, cfg.backend),
                     ready,
                     results,
                     producers_done,
@@ -217,36 +277,43 @@ def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, A
         ]
         for p in procs:
             p.start()
-        sampler = WalSampler(path, interval)
-        if not _start_together(ready, procs):
-            rec["setup_errors"].append("a worker process failed to start")
-        sampler.start()
-        deadline = time.monotonic() + cell.limit_s + 30
-        producers_seen = 0
-        while len(outs) < len(procs):
-            try:
-                out = results.get(timeout=0.5)
-            except queue.Empty:
-                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
-                    rec["setup_errors"].append(
-                        f"{len(procs) - len(outs)} processes never reported (exit codes "
-                        f"{[p.exitcode for p in procs]})"
-                    )
-                    break
-                continue
-            outs.append(out)
-            if out["role"] == "produce":
-                producers_seen += 1
-                if producers_seen == n_producers:
-                    producers_done.set()
-            if out.get("error"):
-                producers_done.set()  # a failed producer never finishes: let the workers stop
-        sampler.stop()  # before the processes close their connections (which may
-        wal_final = sampler.size()  # checkpoint and remove the -wal file)
+        sampler: WalSampler | DbSizeSampler = (
+            DbSizeSampler(path, interval)
+            if cfg.backend == "postgres"
+            else WalSampler(path, interval)
+        )
+        try:
+            if not _start_together(ready, procs):
+                rec["setup_errors"].append("a worker process failed to start")
+            sampler.start()
+            deadline = time.monotonic() + cell.limit_s + 30
+            producers_seen = 0
+            while len(outs) < len(procs):
+                try:
+                    out = results.get(timeout=0.5)
+                except queue.Empty:
+                    if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
+                        rec["setup_errors"].append(
+                            f"{len(procs) - len(outs)} processes never reported (exit codes "
+                            f"{[p.exitcode for p in procs]})"
+                        )
+                        break
+                    continue
+                outs.append(out)
+                if out["role"] == "produce":
+                    producers_seen += 1
+                    if producers_seen == n_producers:
+                        producers_done.set()
+                if out.get("error"):
+                    producers_done.set()  # a failed producer never finishes: let workers stop
+            sampler.stop()  # before the processes close their connections (which may
+            size_final = sampler.size()  # checkpoint and remove the -wal file)
+        finally:
+            sampler.close()
         all_done.set()
         reap(procs, results, timeout=15)
         try:
-            left = remaining(cell.side, path, cell.profile)
+            left = remaining(cell.side, path, cell.profile, backend=cfg.backend)
         except Exception as exc:
             left = -1
             rec["setup_errors"].append(f"counting what is left: {type(exc).__name__}: {exc}")
@@ -260,11 +327,11 @@ def run_cell(cfg: Config, ctx: BaseContext, run: int, cell: Cell) -> dict[str, A
     if details:
         rec["details"] = details
     rec["figures"] = figures(cell, good)
-    rec["figures"]["wal_peak_bytes"] = float(sampler.peak)
-    rec["figures"]["wal_final_bytes"] = float(wal_final)
+    rec["figures"][peak_key] = float(sampler.peak)
+    rec["figures"][final_key] = float(size_final)
     rec["accounting"] = accounting(good, left, expected_procs=len(procs))
     if cell.scenario == "long":
-        rec["wal_series"] = [[round(t, 3), b] for t, b in sampler.samples]
+        rec[series_key] = [[round(t, 3), b] for t, b in sampler.samples]
     return rec
 
 
@@ -336,6 +403,7 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         f["thread_share_min"] = float(min(threads, default=0))
         f["thread_share_max"] = float(max(threads, default=0))
         f["shares"] = shares
+        f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in workers))
         f["timed_out"] = any(o["timed_out"] for o in outs)
     return f
 
@@ -452,11 +520,90 @@ def wal_bounded(series: Sequence[Sequence[float]]) -> tuple[bool, float, float]:
     return second <= 1.5 * first + MIB, float(first), float(second)
 
 
+PG_BATCHED_JOBS_S = 15_000.0
+PG_ONE_JOB_JOBS_S = 3_000.0
+PG_PEER_RATIO = 1.0
+
+
+def pg_targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 11's targets on PostgreSQL (the server on this machine): the
+    end-to-end rows in jobs/s, and litegate against each peer in the same
+    run; then the clean-run line."""
+    summary: list[dict[str, Any]] = result["summary"]
+    out: list[dict[str, Any]] = []
+    shape = f"{cfg.e2e_producers} producer + {cfg.e2e_workers} worker processes"
+    for prof in cfg.e2e_profiles if "e2e" in cfg.scenarios else ():
+        for variant, floor in (("batched", PG_BATCHED_JOBS_S), ("one-job", PG_ONE_JOB_JOBS_S)):
+            lg = median_of(find(summary, "e2e", prof, variant, "litegate"), "throughput")
+            if lg is None:
+                continue
+            out.append(
+                {
+                    "target": f"e2e {variant}: litegate >= {floor:,.0f} jobs/s ({shape})",
+                    "value": lg,
+                    "limit": floor,
+                    "met": lg >= floor,
+                    "detail": f"{lg:,.0f} jobs/s",
+                }
+            )
+            for peer in ("pgqueuer", "procrastinate"):
+                other = median_of(find(summary, "e2e", prof, variant, peer), "throughput")
+                if not other:
+                    continue
+                out.append(
+                    {
+                        "target": f"e2e {variant}: litegate >= {PG_PEER_RATIO:g} x {peer}",
+                        "value": lg / other,
+                        "limit": PG_PEER_RATIO,
+                        "met": lg / other >= PG_PEER_RATIO,
+                        "detail": f"{lg:,.0f} vs {other:,.0f} jobs/s = {lg / other:.2f}x",
+                    }
+                )
+    out.append(clean_target(summary, "lock conflicts"))
+    return out
+
+
+def clean_target(summary: Sequence[dict[str, Any]], busy: str) -> dict[str, Any]:
+    """litegate's cells: no error, no contention error, every job accounted for."""
+    bad = {}
+    for e in summary:
+        if e["side"] != "litegate" or e["na"]:
+            continue
+        label = f"{e['scenario']} {e['profile']} {e['variant']}"
+        errs, n_busy = median_of(e, "errors") or 0.0, median_of(e, "busy") or 0.0
+        worst_errs = e["figures"]["errors"]["max"] if e["figures"].get("errors") else 0
+        worst_busy = e["figures"]["busy"]["max"] if e["figures"].get("busy") else 0
+        problems = []
+        if worst_errs or worst_busy or errs or n_busy:
+            problems.append(f"{worst_errs:.0f} errors, {worst_busy:.0f} {busy}")
+        if e["lost"] or e["duplicates"] or e["unknown"] or e["extra"] or e["uncounted"]:
+            problems.append(
+                f"lost {e['lost']}, duplicates {e['duplicates']}, unknown {e['unknown']}, "
+                f"extra {e['extra']}"
+            )
+        if e["setup_errors"]:
+            problems.append("setup error")
+        if e["timed_out"]:
+            problems.append("timed out")
+        if problems:
+            bad[label] = "; ".join(problems)
+    return {
+        "target": f"litegate: 0 errors and 0 {busy} in every scenario and profile, "
+        "no job lost or run twice",
+        "value": len(bad),
+        "limit": 0,
+        "met": not bad,
+        "detail": "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:6]) or "all clean",
+    }
+
+
 def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
     summary: list[dict[str, Any]] = result["summary"]
     out: list[dict[str, Any]] = []
     if "litegate" not in cfg.sides:
         return out
+    if cfg.backend == "postgres":
+        return pg_targets(cfg, result)
     for prof in cfg.e2e_profiles if "e2e" in cfg.scenarios else ():
         lg = median_of(find(summary, "e2e", prof, "batched", "litegate"), "throughput")
         bare = median_of(find(summary, "e2e", prof, "batched", "bare"), "throughput")
@@ -497,38 +644,7 @@ def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
                     "detail": f"min {lo or 0:,.0f}, max {hi or 0:,.0f} jobs per worker process",
                 }
             )
-    bad = {}
-    for e in summary:
-        if e["side"] != "litegate" or e["na"]:
-            continue
-        label = f"{e['scenario']} {e['profile']} {e['variant']}"
-        errs, busy = median_of(e, "errors") or 0.0, median_of(e, "busy") or 0.0
-        worst_errs = e["figures"]["errors"]["max"] if e["figures"].get("errors") else 0
-        worst_busy = e["figures"]["busy"]["max"] if e["figures"].get("busy") else 0
-        problems = []
-        if worst_errs or worst_busy or errs or busy:
-            problems.append(f"{worst_errs:.0f} errors, {worst_busy:.0f} BUSY")
-        if e["lost"] or e["duplicates"] or e["unknown"] or e["extra"] or e["uncounted"]:
-            problems.append(
-                f"lost {e['lost']}, duplicates {e['duplicates']}, unknown {e['unknown']}, "
-                f"extra {e['extra']}"
-            )
-        if e["setup_errors"]:
-            problems.append("setup error")
-        if e["timed_out"]:
-            problems.append("timed out")
-        if problems:
-            bad[label] = "; ".join(problems)
-    out.append(
-        {
-            "target": "litegate: 0 errors and 0 BUSY in every scenario and profile, "
-            "no job lost or run twice",
-            "value": len(bad),
-            "limit": 0,
-            "met": not bad,
-            "detail": "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:6]) or "all clean",
-        }
-    )
+    out.append(clean_target(summary, "BUSY"))
     for prof in cfg.profiles if "mixed" in cfg.scenarios else ():
         m = find(summary, "mixed", prof, f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C", "litegate")
         p95 = median_of(m, "p95")
@@ -579,20 +695,31 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     started = time.time()
     t0 = time.monotonic()
     raw: list[dict[str, Any]] = []
-    for run_no in range(1, cfg.runs + 1):
-        for cell in cells:
-            progress.describe(
-                f"run {run_no}/{cfg.runs} {cell.scenario} {cell.profile} {cell.variant} {cell.side}"
-            )
-            raw.append(run_cell(cfg, ctx, run_no, cell))
-            progress.advance()
+    server: dict[str, Any] | None = None
+    with contextlib.ExitStack() as stack:
+        pg: PgCells | None = None
+        if cfg.backend == "postgres":
+            progress.describe("starting PostgreSQL" if cfg.pg_url is None else "connecting")
+            pg = stack.enter_context(PgCells(cfg.pg_url, fsync=cfg.pg_fsync))
+            server = pg.info()
+        for run_no in range(1, cfg.runs + 1):
+            for cell in cells:
+                progress.describe(
+                    f"run {run_no}/{cfg.runs} {cell.scenario} {cell.profile} {cell.variant} "
+                    f"{cell.side}"
+                )
+                raw.append(run_cell(cfg, ctx, run_no, cell, pg))
+                progress.advance()
     result: dict[str, Any] = {
         "experiment": NAME,
+        "backend": cfg.backend,
         "started_at": started,
         "elapsed_s": time.monotonic() - t0,
         "config": cfg.to_json(),
         "raw": raw,
     }
+    if server is not None:
+        result["server"] = server
     result["summary"] = summarise(raw)
     result["targets"] = targets(cfg, result)
     return result

@@ -9,9 +9,12 @@ Payloads are JSON objects ``{"job": k, ...}`` with a job number unique in the
 cell; ``claim`` returns ``(handle, k)`` pairs so the harness can check that
 every job put was processed exactly once.
 
+The PostgreSQL sides (``--backend postgres``) live in ``_pgsides.py``;
+their names and titles are here, with the SQLite ones.
+
 This module is imported by spawned children: standard library and litegate
-only at the top; huey, litequeue and ``litegate.queue`` are imported when a
-side is opened.
+only at the top; huey, litequeue, ``litegate.queue`` and the PostgreSQL
+sides are imported when a side is opened.
 """
 
 from __future__ import annotations
@@ -21,13 +24,22 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from multiprocessing.synchronize import Event
 from typing import Any
 
 from litegate._profiles import PROFILES
 
+BACKENDS = ("sqlite", "postgres")
+
 SIDES = ("bare", "seed", "litegate", "huey", "litequeue")
-"""Every side, in report order."""
+"""Every side on SQLite, in report order."""
+
+PG_SIDES = ("litegate", "procrastinate", "pgqueuer")
+"""Every side on PostgreSQL, in report order."""
+
+SIDES_BY_BACKEND = {"sqlite": SIDES, "postgres": PG_SIDES}
+ALL_SIDES = tuple(dict.fromkeys(SIDES + PG_SIDES))
 
 SIDE_TITLES = {
     "bare": "bare batched sqlite3 (no leases, attempts or priorities)",
@@ -37,8 +49,26 @@ SIDE_TITLES = {
     "litequeue": "litequeue LiteQueue (put/pop/done)",
 }
 
-PEER_MODULES = {"huey": "huey", "litequeue": "litequeue"}
-"""Sides that need a third-party module (the ``queue`` extra)."""
+PG_SIDE_TITLES = {
+    "litegate": "litegate.queue on PostgreSQL (Queue(url): SKIP LOCKED claims, leases, attempts)",
+    "procrastinate": "procrastinate (App + PsycopgConnector: defer_async, batch_defer_async; "
+    "claim = job_manager.fetch_job + finish_job, the calls its worker makes)",
+    "pgqueuer": "pgqueuer (asyncpg driver: Queries.enqueue; claim = Queries.dequeue + "
+    "log_jobs, the calls its QueueManager makes)",
+}
+
+
+def side_title(backend: str, side: str) -> str:
+    return (PG_SIDE_TITLES if backend == "postgres" else SIDE_TITLES)[side]
+
+
+PEER_MODULES = {
+    "huey": "huey",
+    "litequeue": "litequeue",
+    "procrastinate": "procrastinate",
+    "pgqueuer": "pgqueuer,asyncpg",  # its asyncpg driver (the pgqueuer[asyncpg] extra)
+}
+"""Sides that need third-party modules (the ``queue`` extra), comma-separated."""
 
 BATCH_SIDES = ("bare", "litegate")
 """Sides with a batch API (put many, claim many, ack many in one transaction)."""
@@ -58,8 +88,16 @@ def payload(k: int) -> dict[str, Any]:
     return {"job": k, "kind": "bench", "args": [k % 97, "x" * 16]}
 
 
+PG_CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+"""PostgreSQL's SQLSTATEs for losing to a concurrent transaction: serialization
+failure, deadlock, lock not available (psycopg and asyncpg both say ``sqlstate``)."""
+
+
 def busy_error(exc: BaseException) -> bool:
-    """True for SQLite's "database is locked" / "busy" errors."""
+    """True for SQLite's "database is locked" / "busy" errors and PostgreSQL's
+    lock conflicts: the errors of contention, counted apart from the others."""
+    if getattr(exc, "sqlstate", None) in PG_CONFLICTS:
+        return True
     text = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
@@ -342,9 +380,12 @@ class LitequeueClient(Client):
 
 class Side:
     """One process's view of a side: ``client()`` per thread, ``busy()`` at
-    the end, ``close()``."""
+    the end, ``close()``. A side with ``own_worker`` consumes the end-to-end
+    rows with its library's own worker loop (:meth:`work`) instead of the
+    harness's claim/ack loop."""
 
     name = ""
+    own_worker = False
 
     def __init__(self, path: str, profile: str) -> None:
         self.path = path
@@ -367,6 +408,20 @@ class Side:
     def details(self) -> dict[str, Any]:
         """The side's own statistics for the JSON (litegate: its gate)."""
         return {}
+
+    def work(
+        self,
+        concurrency: int,
+        batch: int,
+        limit_s: float,
+        producers_done: Event,
+        on_done: Callable[[int], None],
+    ) -> bool:
+        """Run the library's own worker (``concurrency`` jobs at a time,
+        fetching ``batch`` per query where it can) until ``producers_done``
+        is set and the queue is empty, calling ``on_done(job number)`` for
+        every job it runs. True if it was stopped at ``limit_s`` instead."""
+        raise NotImplementedError(f"{self.name} has no worker loop of its own here")
 
     def close(self) -> None:
         for c in self._clients:
@@ -463,16 +518,29 @@ SIDE_CLASSES: dict[str, type[Side]] = {
 }
 
 
-def open_side(name: str, path: str, profile: str) -> Side:
+def open_side(
+    name: str, path: str, profile: str, *, backend: str = "sqlite", threads: int = 1
+) -> Side:
+    """The side ``name`` on ``path`` (a file; on PostgreSQL the cell's
+    database URL), for a process of ``threads`` threads."""
+    if backend == "postgres":
+        from ._pgsides import open_pg_side
+
+        return open_pg_side(name, path, profile, threads)
     return SIDE_CLASSES[name](path, profile)
 
 
 # -- the parent's set-up and final count -----------------------------------------
 
 
-def create(name: str, path: str, profile: str) -> None:
-    """Create the side's schema on a fresh file (in the parent, before the
-    children start, so they do not race on DDL)."""
+def create(name: str, path: str, profile: str, *, backend: str = "sqlite") -> None:
+    """Create the side's schema on a fresh file or database (in the parent,
+    before the children start, so they do not race on DDL)."""
+    if backend == "postgres":
+        from ._pgsides import create_pg
+
+        create_pg(name, path)
+        return
     if name in ("bare", "seed"):
         conn = sqlite3.connect(path, isolation_level=None)
         try:
@@ -501,8 +569,12 @@ def create(name: str, path: str, profile: str) -> None:
         side.close()
 
 
-def remaining(name: str, path: str, profile: str) -> int:
+def remaining(name: str, path: str, profile: str, *, backend: str = "sqlite") -> int:
     """Jobs still in the queue (not acknowledged) after a cell."""
+    if backend == "postgres":
+        from ._pgsides import remaining_pg
+
+        return remaining_pg(name, path, DONE_STATES)
     if name == "litegate":
         side = LitegateSide(path, profile)
         try:
