@@ -104,6 +104,8 @@ class PgDatabase:
         self.reconnect = reconnect
         self._pid = os.getpid()
         self._closed = False
+        self._lock = threading.Lock()  # guards _mergers; no I/O under it
+        self._mergers: dict[str, _Merger] = {}
         if pool is not None:
             if not isinstance(pool, psycopg_pool.ConnectionPool):
                 raise ConfigError(
@@ -173,13 +175,28 @@ class PgDatabase:
 
     # -- the two calls of the queue's logic ---------------------------------------
     def transact(self, fn: Callable[[Any], T], *, timeout: float | None = None) -> T:
-        """Run ``fn(conn)`` atomically and commit. The store's one-statement
-        writes run in autocommit (one round trip); anything else in a
-        transaction. Retried on a new connection when the server went away
-        before the work could have been committed."""
+        """Run ``fn(conn)`` atomically and commit. One-job puts, claims and
+        acks from concurrent threads share statements (:class:`_Merger`);
+        the store's other one-statement writes run in autocommit (one round
+        trip); anything else in a transaction. Retried on a new connection
+        when the server went away before the work could have been committed."""
         self._check()
+        merged = _postgres.merged_form(fn)
+        if merged is not None:
+            run, kind = merged
+            with self._lock:
+                merger = self._mergers.get(kind)
+                if merger is None:
+                    merger = self._mergers[kind] = _Merger(self, run)
+            assert isinstance(fn, functools.partial)
+            value: T = merger.submit(fn.keywords, timeout)
+            return value
+        return self._attempt(fn, _postgres.runs_alone(fn), timeout)
+
+    def _attempt(self, fn: Callable[[Any], T], alone: bool, timeout: float | None) -> T:
+        """``fn(conn)`` in autocommit (``alone``: each of its statements is
+        atomic on its own) or in a transaction, with the retries."""
         psycopg = self._psycopg
-        alone = _postgres.runs_alone(fn)
         deadline: float | None = None
         pause = 0.02
         while True:
@@ -249,7 +266,12 @@ class PgDatabase:
 
     def stats(self) -> dict[str, Any]:
         pool = self.pool.get_stats()
+        with self._lock:
+            mergers = dict(self._mergers)
         return {
+            "merged": {
+                k: {"calls": m.calls, "statements": m.statements} for k, m in mergers.items()
+            },
             "backend": "postgresql",
             "url": self.path,
             "pool_size": pool.get("pool_size", 0),
@@ -267,6 +289,94 @@ class PgDatabase:
 
     def __repr__(self) -> str:
         return f"<litegate.queue PgDatabase {self.path!r}{' closed' if self._closed else ''}>"
+
+
+class _Call:
+    __slots__ = ("error", "finished", "kwargs", "value", "wake")
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self.kwargs = kwargs
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released when done, or when it is this call's turn to lead
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _Merger:
+    """Group commit for one kind of call (puts, claims or acks), for the
+    threads of one process: the first caller leads, runs every call waiting
+    at that moment as one statement (the store's merged function), hands
+    each its own result, and passes the lead to the first call that arrived
+    meanwhile. A lone caller runs at once; under load, a statement carries
+    as many calls as arrived while the previous one ran. The results are
+    each call's own (see ``_postgres.claim_merged``)."""
+
+    MAX = 512  # calls per statement: keeps one statement's work bounded
+
+    def __init__(self, db: PgDatabase, run: Callable[[Any, list[dict[str, Any]]], list[Any]]):
+        self._db = db
+        self._run = run
+        self._lock = threading.Lock()  # guards the two fields below; no I/O under it
+        self._pending: list[_Call] = []
+        self._leading = False
+        self.calls = 0  # counters for stats(): calls run, statements they took
+        self.statements = 0
+
+    def submit(self, kwargs: dict[str, Any], timeout: float | None) -> Any:
+        call = _Call(kwargs)
+        with self._lock:
+            self._pending.append(call)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            call.wake.acquire()  # done, or our turn to lead
+        if not call.finished:
+            self._lead(timeout)
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    def _lead(self, timeout: float | None) -> None:
+        # We are first in line (a new leader finds nobody waiting; a promoted
+        # one was first), so our call is in this batch.
+        with self._lock:
+            batch = self._pending[: self.MAX]
+            del self._pending[: self.MAX]
+            self.calls += len(batch)
+            self.statements += 1
+        self._execute(batch, timeout)
+        with self._lock:
+            nxt = self._pending[0] if self._pending else None
+            if nxt is None:
+                self._leading = False
+        for call in batch[1:]:
+            call.wake.release()
+        if nxt is not None:
+            nxt.wake.release()  # not finished: it leads the next statement
+
+    def _execute(self, batch: list[_Call], timeout: float | None) -> None:
+        calls = [c.kwargs for c in batch]
+        try:
+            values = self._db._attempt(lambda conn: self._run(conn, calls), True, timeout)
+        except Exception as exc:
+            if len(batch) == 1 or isinstance(exc, (ServerUnavailable, CommitUnknown, Closed)):
+                for call in batch:
+                    call.error = exc
+            else:
+                # Some call's own error (a payload the server refuses): each
+                # alone, so that only the culprit gets it.
+                for call in batch:
+                    self._execute([call], timeout)
+                return
+        except BaseException as exc:  # KeyboardInterrupt in the leader: nothing is known
+            for call in batch:
+                call.error = exc
+        else:
+            for call, value in zip(batch, values, strict=True):
+                call.value = value
+        for call in batch:
+            call.finished = True
 
 
 def _broken(exc: BaseException) -> bool:

@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from .._errors import ConfigError, OpenError
+from ._errors import PayloadError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
@@ -158,6 +159,21 @@ SELECT id, pg_notify('{CHANNEL}', %(queue)s) FROM ins
 """
 
 
+_UNTRANSLATABLE = "22P05"  # jsonb: "unsupported Unicode escape sequence" (\u0000)
+
+
+def _refusing_nul(conn: Any, sql: str, params: Any) -> Any:
+    try:
+        return conn.execute(sql, params)
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != _UNTRANSLATABLE:
+            raise
+        raise PayloadError(
+            "PostgreSQL's jsonb cannot store the NUL character (\\u0000) in a string; "
+            "nothing was stored. Remove it or encode the value (base64, say)"
+        ) from None
+
+
 def insert_one(conn: Any, row: Row) -> int:
     queue, priority, run_at, payload, max_attempts, key, created_at = row
     params = {
@@ -169,7 +185,7 @@ def insert_one(conn: Any, row: Row) -> int:
         "key": key,
     }
     while True:
-        got = conn.execute(_INSERT, params).fetchone()
+        got = _refusing_nul(conn, _INSERT, params).fetchone()
         if got is not None:
             return int(got[0])
         # The key is taken (ON CONFLICT keeps a transaction usable, where a
@@ -214,7 +230,7 @@ def insert_many(conn: Any, rows: Sequence[Row]) -> list[int]:
         "payload": [r[3] for r in rows],
         "max_attempts": [r[4] for r in rows],
     }
-    ids: list[int] = conn.execute(_INSERT_MANY, params).fetchone()[0]
+    ids: list[int] = _refusing_nul(conn, _INSERT_MANY, params).fetchone()[0]
     return ids
 
 
@@ -251,7 +267,8 @@ WITH dead AS (
        AND attempts < max_attempts
        FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
+      FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
      ORDER BY priority DESC, run_at, id
      LIMIT %(n)s
 ), swept AS (
@@ -260,7 +277,7 @@ WITH dead AS (
      WHERE id IN (SELECT id FROM expired EXCEPT SELECT id FROM picked)
 ), claimed AS (
     UPDATE {TABLE} AS j
-       SET state = 1, token = %(token)s, attempts = j.attempts + 1,
+       SET state = 1, token = (%(tokens)s::bigint[])[picked.slot], attempts = j.attempts + 1,
            lease_until = now() + %(lease)s * interval '1 second',
            last_error = CASE WHEN j.state = 1 THEN {_EXPIRED.format(t="j.")}
                              ELSE j.last_error END
@@ -279,7 +296,14 @@ def claim(conn: Any, queue: str, n: int, lease: float, token: int) -> tuple[list
     """Claim up to ``n`` due jobs (and dead-letter expired ones) in one
     statement. Returns the rows in claim order and the lease's end, by the
     server's clock."""
-    rows = conn.execute(_CLAIM, {"queue": queue, "n": n, "token": token, "lease": lease}).fetchall()
+    return _claim(conn, queue, lease, [token] * n)
+
+
+def _claim(conn: Any, queue: str, lease: float, tokens: list[int]) -> tuple[list[Any], float]:
+    """The k-th job claimed gets ``tokens[k]``: several claims, each with its
+    own token, can share one statement (see :func:`claim_merged`)."""
+    params = {"queue": queue, "n": len(tokens), "tokens": tokens, "lease": lease}
+    rows = conn.execute(_CLAIM, params).fetchall()
     until = float(rows[0][6]) if rows else time.time() + lease  # (unused with no rows)
     return rows, until
 
@@ -379,6 +403,90 @@ def runs_alone(fn: Callable[..., Any]) -> bool:
     one-statement writes, safe to run in autocommit?"""
     target = fn.func if isinstance(fn, partial) else fn
     return target in ONE_STATEMENT
+
+
+# -- merged calls: group commit for PostgreSQL -----------------------------------
+#
+# Concurrent calls of one kind from the threads of a process (one-job puts,
+# claims, acks: the hot path of a worker pool) are merged by PgDatabase into
+# one statement per kind, as litegate's group commit merges SQLite writes.
+# Each merged function takes the calls' keyword arguments (as the logic
+# passed them) and returns one result per call, in order: what each call
+# alone would have returned. A call's effect stays atomic: it is in exactly
+# one statement.
+
+
+def insert_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
+    """One-job puts (no key) of any queues: one insert per queue."""
+    by_queue: dict[str, list[int]] = {}
+    for i, call in enumerate(calls):
+        by_queue.setdefault(call["row"][0], []).append(i)
+    out: list[Any] = [None] * len(calls)
+    for indexes in by_queue.values():
+        rows = [calls[i]["row"] for i in indexes]
+        for i, jid in zip(indexes, insert_many(conn, rows), strict=True):
+            out[i] = jid
+    return out
+
+
+def claim_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
+    """Claims of the same queue and lease share one statement; claim i owns
+    the next ``n_i`` slots of the claim order and stamps its own token on
+    them, so each gets what it would have got alone, in turn."""
+    groups: dict[tuple[str, float], list[int]] = {}
+    for i, call in enumerate(calls):
+        groups.setdefault((call["queue"], call["lease"]), []).append(i)
+    out: list[Any] = [None] * len(calls)
+    for (queue, lease), indexes in groups.items():
+        tokens = [calls[i]["token"] for i in indexes for _ in range(calls[i]["n"])]
+        rows, until = _claim(conn, queue, lease, tokens)
+        start = 0
+        for i in indexes:
+            n = calls[i]["n"]
+            out[i] = (rows[start : start + n], until)
+            start += n
+    return out
+
+
+def ack_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
+    """Acks (of one job or many) in one statement. A job in two calls of the
+    batch is left to the later call, run alone after, so that exactly one of
+    them succeeds, as when they come one after the other."""
+    if len(calls) == 1:
+        return [ack(conn, calls[0]["now"], calls[0]["owned"])]
+    first: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    later: set[int] = set()
+    for i, call in enumerate(calls):
+        ids = {jid for jid, _ in call["owned"]}
+        if ids & seen:
+            later.add(i)
+        else:
+            seen |= ids
+            first.extend(call["owned"])
+    done = {r[0] for r in conn.execute(_ACK, _owned_arrays(first)).fetchall()}
+    return [
+        ack(conn, call["now"], call["owned"])
+        if i in later
+        else [jid for jid, _ in call["owned"] if jid not in done]
+        for i, call in enumerate(calls)
+    ]
+
+
+def merged_form(fn: Callable[..., Any]) -> tuple[Callable[..., list[Any]], str] | None:
+    """(merged function, kind) for a call the logic handed over as
+    ``partial(store_function, **kwargs)`` that may share a statement with
+    others; None for anything else (a put with a dedupe key, a call with the
+    caller's ``also=`` SQL, ...)."""
+    if not isinstance(fn, partial) or fn.args:
+        return None
+    if fn.func is insert_one and fn.keywords["row"][5] is None:
+        return insert_merged, "put"
+    if fn.func is claim:
+        return claim_merged, "claim"
+    if fn.func is ack:
+        return ack_merged, "ack"
+    return None
 
 
 _REVIVE = (

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import litegate
-from litegate.queue import CommitUnknown, Queue, ServerUnavailable, aio
+from litegate.queue import CommitUnknown, LeaseLost, PayloadError, Queue, ServerUnavailable, aio
 from tests.litegate.queue import procs
 
 
@@ -252,7 +252,7 @@ def test_hot_statements_use_their_indexes(pg_empty: str) -> None:
             q.ack_many(q.claim(n=1000))
         q.put_many(list(range(10)))
     statements: list[tuple[str, Any]] = [
-        (_postgres._CLAIM, {"queue": "idx", "n": 10, "token": 1, "lease": 30.0}),
+        (_postgres._CLAIM, {"queue": "idx", "n": 10, "tokens": [1] * 10, "lease": 30.0}),
         (_postgres._ACK, ([1, 2], [1, 1])),
         (_postgres._ACK_ONE, (1, 1)),
         (_postgres.NEXT_DUE, {"queue": "idx", "now": 1.0}),
@@ -263,3 +263,87 @@ def test_hot_statements_use_their_indexes(pg_empty: str) -> None:
         for sql, params in statements:
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
             assert "Seq Scan" not in plan, plan
+
+
+def test_concurrent_one_job_calls_share_statements_and_stay_exact(pg_empty: str) -> None:
+    """8 threads put, claim and ack one job per call. Calls that arrive
+    together share a statement (group commit), and each still gets exactly
+    its own result: every job put once, claimed by one claim, with that
+    claim's own token, acked once."""
+    import threading
+
+    q = Queue(pg_empty, "merge")
+    put_ids: list[int] = []
+    claimed: list[Any] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def produce() -> None:
+        start.wait()
+        mine = [q.put({"n": i}) for i in range(60)]
+        with lock:
+            put_ids.extend(mine)
+
+    def consume() -> None:
+        start.wait()
+        idle = 0
+        while idle < 20:
+            jobs = q.claim(n=1)
+            if not jobs:
+                idle += 1
+                time.sleep(0.01)
+                continue
+            idle = 0
+            q.ack(jobs[0])
+            with lock:
+                claimed.append(jobs[0])
+
+    threads = [threading.Thread(target=produce) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    consumers = [threading.Thread(target=consume) for _ in range(8)]
+    start.reset()
+    for t in consumers:
+        t.start()
+    for t in consumers:
+        t.join(60)
+    assert len(put_ids) == len(set(put_ids)) == 480
+    assert sorted(j.id for j in claimed) == sorted(put_ids)
+    assert len({j.token for j in claimed}) == 480  # each claim its own token
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 0, "done": 480, "dead": 0}
+    merged = q.stats()["db"]["merged"]
+    assert merged["put"]["calls"] == 480
+    assert merged["ack"]["calls"] == 480
+    assert merged["put"]["statements"] < 480  # some statements carried several puts
+    with pytest.raises(LeaseLost):
+        q.ack(claimed[0])  # acked once only
+    q.close()
+
+
+def test_a_payload_postgres_refuses_fails_alone_as_a_payload_error(pg_empty: str) -> None:
+    """jsonb cannot hold the NUL character: that put fails with a
+    PayloadError saying so; puts merged with it in one statement still land."""
+    import threading
+
+    q = Queue(pg_empty, "nul")
+    errors: list[BaseException] = []
+    ids: list[int] = []
+
+    def put(payload: Any) -> None:
+        try:
+            ids.append(q.put(payload))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put, args=(p,)) for p in ["a", "b\x00", "c", "d"] * 5]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(ids) == 15
+    assert len(errors) == 5
+    assert all(isinstance(e, PayloadError) and "NUL" in str(e) for e in errors), errors
+    assert q.counts()["ready"] == 15
+    q.close()
