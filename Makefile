@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # hey, the HTTP load generator of seed 003, built from source into the project
 HEY    := .tools/bin/hey
 
-.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,13 @@ bench-core: $(STAMP)
 # (~15 minutes).
 bench-queue: $(STAMP)
 	$(VENV)/bin/litegate bench queue --out results/queue-full
+
+# Issue 11: the end-to-end rows on both backends in one run, SQLite and a
+# throwaway PostgreSQL 15 server (litegate.queue against procrastinate and
+# pgqueuer there), 3 runs each (~10 minutes).
+bench-queue-pg: $(STAMP)
+	$(VENV)/bin/litegate bench queue --backend sqlite,postgres --scenarios e2e --runs 3 \
+		--out results/queue-pg
 
 # Django's tasks API: litegate.django.tasks against django-tasks-db on the
 # stock engine, 3 runs (~2 minutes).

@@ -48,7 +48,9 @@ def _parsed(argv: list[str]) -> Config:
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--noise-k", type=float, default=2.0)
     bench.add_arguments(p)
-    return bench.config_from_args(p.parse_args(argv))
+    cfg = bench.config_from_args(p.parse_args(argv))
+    assert isinstance(cfg, Config)  # one backend (several: a Combined)
+    return cfg
 
 
 # -- options and plan (no server) ---------------------------------------------------

@@ -55,6 +55,13 @@ PRAGMA profiles do not apply (one configuration: the server's); the database
 size stands in for the WAL's, lock conflicts for SQLITE_BUSY; the targets
 are issue 11's (end to end >= 15,000 jobs/s batched, >= 3,000 one-job, and
 >= 1x each peer).
+
+``--backend sqlite,postgres`` (or ``both``) runs SQLite's cells, then
+PostgreSQL's, in one invocation: one report (a summary line per backend with
+its end-to-end jobs/s, then a section per backend), one JSON (``results``,
+one per backend) and the charts of each backend, its name in theirs. Options
+that only one backend has go to its part (``--sides``: each takes the listed
+sides it has; ``--profiles``: SQLite's).
 """
 
 from __future__ import annotations
@@ -62,18 +69,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ._config import Config, add_arguments, config_from_args
+from ._config import Combined, Config, add_arguments, config_from_args
 from ._render import render
 from ._run import NAME, plan, run
 
 HELP = (
     "seed 004: task queue (put/claim/ack) under three profiles vs sqlite3, huey, litequeue; "
-    "--backend postgres: vs procrastinate, pgqueuer"
+    "--backend postgres: vs procrastinate, pgqueuer; --backend both: one after the other"
 )
 
 __all__ = [
     "HELP",
     "NAME",
+    "Combined",
     "Config",
     "add_arguments",
     "charts",

@@ -124,6 +124,54 @@ def quick(cfg: Config) -> Config:
     )
 
 
+BOTH = "both"
+"""``--backend both``: every backend, as ``sqlite,postgres``."""
+
+
+@dataclass(frozen=True)
+class Combined:
+    """One invocation over several backends (``--backend sqlite,postgres``):
+    a :class:`Config` per backend, run one after the other in this order
+    into one report, one JSON and one set of charts."""
+
+    parts: tuple[Config, ...]
+
+    def __post_init__(self) -> None:
+        backends = [c.backend for c in self.parts]
+        # Always SQLite's matrix first: the throwaway PostgreSQL server is then
+        # started only once SQLite's cells are over and takes no CPU from them.
+        if len(backends) < 2 or backends != [b for b in BACKENDS if b in backends]:
+            raise ValueError(
+                f"a combined run takes two or more backends in the order {','.join(BACKENDS)}, "
+                f"not {','.join(backends)}"
+            )
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(c.backend for c in self.parts)
+
+    @property
+    def runs(self) -> int:
+        return max(c.runs for c in self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        # Each part's own config sits in its result; this is what the whole ran.
+        return {"backends": list(self.backends), "runs": self.runs}
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``--backend``: one backend, a comma list of them, or ``both``; always
+    in the order of BACKENDS (SQLite first), once each."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in (*BACKENDS, BOTH)]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(
+            f"pick from {', '.join(BACKENDS)} (comma-separated) or {BOTH}, got {text!r}"
+        )
+    chosen = set(BACKENDS) if BOTH in items else set(items)
+    return tuple(b for b in BACKENDS if b in chosen)
+
+
 def peer_modules(side: str) -> list[str]:
     return [m for m in PEER_MODULES.get(side, "").split(",") if m]
 
@@ -147,17 +195,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("queue options")
     g.add_argument(
         "--backend",
-        choices=BACKENDS,
-        default="sqlite",
+        type=parse_backends,
+        default=("sqlite",),
+        metavar="LIST",
         help="sqlite: one SQLite file per cell, sides "
         f"{','.join(SIDES)}; postgres: one database per cell on a PostgreSQL server, "
-        f"sides {','.join(SIDES_BY_BACKEND['postgres'])} (default sqlite)",
+        f"sides {','.join(SIDES_BY_BACKEND['postgres'])}; sqlite,postgres (or {BOTH}): "
+        "SQLite's cells, then PostgreSQL's, into one report (default sqlite)",
     )
     g.add_argument(
         "--pg-url",
         default=None,
         metavar="URL",
-        help="with --backend postgres: the server to use (a postgresql:// URL whose user "
+        help="with --backend postgres (or both): the server to use (a postgresql:// URL whose user "
         "may CREATE DATABASE; a database per cell is created and dropped). Default: a "
         "throwaway server started for the run (needs PostgreSQL's server binaries)",
     )
@@ -180,7 +230,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="LIST",
         help=f"which queues (default all of the backend's: {','.join(SIDES)} on sqlite, "
-        f"{','.join(SIDES_BY_BACKEND['postgres'])} on postgres)",
+        f"{','.join(SIDES_BY_BACKEND['postgres'])} on postgres; with both backends each "
+        "takes the listed sides it has)",
     )
     g.add_argument(
         "--profiles",
@@ -188,7 +239,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="LIST",
         help="PRAGMA profiles for single, concurrent, mixed and stress "
-        "(default conservative,balanced,aggressive; --quick balanced)",
+        "(default conservative,balanced,aggressive; --quick balanced; SQLite only)",
     )
     g.add_argument(
         "--long-profiles",
@@ -286,21 +337,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _backend_args(args: argparse.Namespace) -> dict[str, Any]:
-    """``--backend``, ``--pg-url``, ``--pg-fsync``, checked together."""
-    backend = getattr(args, "backend", "sqlite")
+def _backends_of(args: argparse.Namespace) -> tuple[str, ...]:
+    backend = getattr(args, "backend", ("sqlite",))
+    # a plain string: a Namespace built by hand (tests), not by the parser
+    return parse_backends(backend) if isinstance(backend, str) else tuple(backend)
+
+
+def _backend_args(args: argparse.Namespace, backends: tuple[str, ...]) -> dict[str, Any]:
+    """``--pg-url``, ``--pg-fsync`` checked against the backends: the
+    PostgreSQL part's keyword arguments (none without it)."""
     url = getattr(args, "pg_url", None)
     fsync = getattr(args, "pg_fsync", "on")
-    if backend != "postgres":
+    if "postgres" not in backends:
         if url is not None or fsync != "on":
             raise ValueError("--pg-url and --pg-fsync go with --backend postgres")
         return {}
-    for name in ("profiles", "long_profiles", "e2e_profiles"):
-        if getattr(args, name, None) is not None:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(
-                f"{flag}: the PRAGMA profiles are SQLite's; not with --backend postgres"
-            )
+    if backends == ("postgres",):
+        # With SQLite in the run too these are its part's options.
+        for name in ("profiles", "long_profiles", "e2e_profiles"):
+            if getattr(args, name, None) is not None:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag}: the PRAGMA profiles are SQLite's; not with --backend postgres"
+                )
     if url is not None and not is_url(url):
         raise ValueError(f"--pg-url takes a postgresql:// URL, got {redact(url)!r}")
     if url is not None and fsync != "on":
@@ -312,11 +371,35 @@ def _backend_args(args: argparse.Namespace) -> dict[str, Any]:
 
         if find_bindir() is None:
             raise ValueError(f"{MISSING_HELP} Or use a server you run: --pg-url URL")
-    return {"backend": backend, "pg_url": url, "pg_fsync": fsync == "on"}
+    return {"backend": "postgres", "pg_url": url, "pg_fsync": fsync == "on"}
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    base = Config(runs=args.runs, noise_k=args.noise_k, **_backend_args(args))
+def _sides_for(
+    backends: tuple[str, ...], sides: tuple[str, ...] | None
+) -> dict[str, tuple[str, ...] | None]:
+    """``--sides`` split over the backends of a combined run: each part takes
+    the listed sides it has (litegate is on both). A backend left with none
+    is an error, not a part silently skipped."""
+    if sides is None:
+        return {b: None for b in backends}
+    out: dict[str, tuple[str, ...] | None] = {}
+    for b in backends:
+        mine = tuple(s for s in sides if s in SIDES_BY_BACKEND[b])
+        if not mine:
+            raise ValueError(
+                f"--sides {','.join(sides)} has no side that runs on {b} "
+                f"({','.join(SIDES_BY_BACKEND[b])}); add one, or leave {b} out of --backend"
+            )
+        out[b] = mine
+    return out
+
+
+def _part(
+    args: argparse.Namespace, backend: str, pg: dict[str, Any], sides: tuple[str, ...] | None
+) -> Config:
+    """The Config of one backend from the options (``sides`` None: as given,
+    else this backend's share of them)."""
+    base = Config(runs=args.runs, noise_k=args.noise_k, **(pg if backend == "postgres" else {}))
     cfg = quick(base) if args.quick else base
     changes: dict[str, Any] = {}
     for name in (
@@ -338,6 +421,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         value = getattr(args, name, None)
         if value is not None:
             changes[name] = value
+    if sides is not None:
+        changes["sides"] = sides
     if cfg.backend == "postgres" and getattr(args, "cell_timeout", None) is None and not args.quick:
         # procrastinate's worker runs a few hundred jobs/s here: 40,000 jobs
         # take minutes, not the 60 s that bound every SQLite cell.
@@ -347,13 +432,24 @@ def config_from_args(args: argparse.Namespace) -> Config:
         changes["long_seconds"] = args.seconds
     if args.long_seconds is not None:
         changes["long_seconds"] = args.long_seconds
-    cfg = Config(**{**asdict(cfg), **changes})
-    missing = missing_peers(cfg.sides)
+    # On PostgreSQL, Config turns SQLite's PRAGMA profiles into its one configuration.
+    return Config(**{**asdict(cfg), **changes})
+
+
+def config_from_args(args: argparse.Namespace) -> Config | Combined:
+    """A Config for one backend; for several a Combined of one per backend."""
+    backends = _backends_of(args)
+    pg = _backend_args(args, backends)
+    sides = _sides_for(backends, getattr(args, "sides", None)) if len(backends) > 1 else {}
+    # (one backend: --sides go to Config as given, which names any side it lacks)
+    parts = tuple(_part(args, b, pg, sides.get(b)) for b in backends)
+    missing = missing_peers(tuple(dict.fromkeys(s for c in parts for s in c.sides)))
     if missing:
         modules = ", ".join(m for s in missing for m in peer_modules(s))
-        others = ",".join(s for s in cfg.sides if s not in missing) or "litegate"
+        listed = dict.fromkeys(s for c in parts for s in c.sides)
+        others = ",".join(s for s in listed if s not in missing) or "litegate"
         raise ValueError(
             f"the {', '.join(missing)} side(s) need {modules} (the queue extra). "
             f"Install it with:  {INSTALL}  (or leave them out: --sides {others})"
         )
-    return cfg
+    return parts[0] if len(parts) == 1 else Combined(parts)

@@ -1,4 +1,7 @@
-"""The PNG charts of ``bench queue`` (matplotlib, imported only here)."""
+"""The PNG charts of ``bench queue`` (matplotlib, imported only here).
+
+Named ``queue-<chart>.png``; in a combined run (``--backend
+sqlite,postgres``) each backend draws its own, ``queue-<backend>-<chart>.png``."""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def _bar(entry: dict[str, Any] | None, figure: str) -> Bar:
     return Bar(s["median"], s["min"], s["max"])
 
 
-def throughput_chart(result: dict[str, Any], out: Path) -> Path | None:
+def throughput_chart(result: dict[str, Any], out: Path, prefix: str = "queue") -> Path | None:
     """One panel per scenario: throughput per side, grouped by profile and variant."""
     summary = result["summary"]
     sides = list(result["config"]["sides"])
@@ -57,7 +60,7 @@ def throughput_chart(result: dict[str, Any], out: Path) -> Path | None:
     if not panels:
         return None
     return grouped_bars(
-        out / "queue-throughput.png",
+        out / f"{prefix}-throughput.png",
         title=f"litegate bench queue (seed 004) on {_on(result)}: throughput per side, "
         "median (bars: min..max)",
         panels=panels,
@@ -65,7 +68,7 @@ def throughput_chart(result: dict[str, Any], out: Path) -> Path | None:
     )
 
 
-def wal_chart(result: dict[str, Any], out: Path) -> list[Path]:
+def wal_chart(result: dict[str, Any], out: Path, prefix: str = "queue") -> list[Path]:
     """WAL bytes (on PostgreSQL: database bytes) over time in the long run,
     one line per side (first run)."""
     from matplotlib.figure import Figure
@@ -100,13 +103,13 @@ def wal_chart(result: dict[str, Any], out: Path) -> list[Path]:
             ax.set_title(f"long run, profile {prof}: size of the -wal file over time")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        path = out / (f"queue-dbsize-{prof}.png" if pg else f"queue-wal-{prof}.png")
+        path = out / (f"{prefix}-dbsize-{prof}.png" if pg else f"{prefix}-wal-{prof}.png")
         fig.savefig(path, dpi=100)
         paths.append(path)
     return paths
 
 
-def stress_chart(result: dict[str, Any], out: Path) -> list[Path]:
+def stress_chart(result: dict[str, Any], out: Path, prefix: str = "queue") -> list[Path]:
     """Throughput against the number of workers, per profile."""
     cfg = result["config"]
     summary = result["summary"]
@@ -125,7 +128,7 @@ def stress_chart(result: dict[str, Any], out: Path) -> list[Path]:
             continue
         paths.append(
             lines(
-                out / f"queue-stress-{prof}.png",
+                out / f"{prefix}-stress-{prof}.png",
                 title=f"stress ramp on {_on(result)}, profile {prof}: put -> claim -> ack "
                 "cycles per second",
                 x=[float(x) for x in xs],
@@ -137,11 +140,18 @@ def stress_chart(result: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
-def charts(result: dict[str, Any], out: Path) -> list[Path]:
+def charts(result: dict[str, Any], out: Path, prefix: str = "queue") -> list[Path]:
+    if "results" in result:  # a combined run: each backend's charts, its name in theirs
+        return [
+            path
+            for backend, part in result["results"].items()
+            if "error" not in part
+            for path in charts(part, out, f"{prefix}-{backend}")
+        ]
     paths: list[Path] = []
-    tp = throughput_chart(result, out)
+    tp = throughput_chart(result, out, prefix)
     if tp is not None:
         paths.append(tp)
-    paths += stress_chart(result, out)
-    paths += wal_chart(result, out)
+    paths += stress_chart(result, out, prefix)
+    paths += wal_chart(result, out, prefix)
     return paths

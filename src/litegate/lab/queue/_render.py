@@ -2,7 +2,9 @@
 scenario, with the sides as extra rows under each configuration. On
 PostgreSQL the same tables, with the server's one configuration, the
 database's size where SQLite has its WAL's, and lock conflicts where it has
-SQLITE_BUSY."""
+SQLITE_BUSY. A combined run (``--backend sqlite,postgres``): a summary line
+per backend with its end-to-end figures, then each backend's report as a
+section of its own."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 from .._report import fmt_pct
 from ._config import Config
-from ._run import find, median_of, size_keys
+from ._run import at_a_glance, find, median_of, size_keys
 from ._sides import side_title
 
 PROFILE_TITLES = {
@@ -483,12 +485,21 @@ def server_line(result: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
+    if "results" in result:
+        return render_combined(result)
+    return render_part(result)
+
+
+def render_part(result: dict[str, Any], level: int = 1) -> str:
+    """One backend's report; ``level`` 2 makes its title a section of a
+    combined report (its scenarios are ### either way)."""
     cfg = Config.from_json(result["config"])
     runs = cfg.runs
     what = f"median of {runs} runs" if runs > 1 else "one run"
     pg = cfg.backend == "postgres"
+    on = BACKEND_TITLES[cfg.backend]
     parts = [
-        f"# queue (seed 004) on {BACKEND_TITLES[cfg.backend]}: {what}; worker processes "
+        f"{'#' * level} queue (seed 004) on {on}: {what}; worker processes "
         f"started with {cfg.start_method}, together (barrier); a fresh database per cell",
         "",
     ]
@@ -563,4 +574,116 @@ def render(result: dict[str, Any]) -> str:
         ]
     parts += _problems(result)
     parts += ["", *target_lines(result)]
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------
+# a combined run (--backend sqlite,postgres)
+
+
+def _shape(cfg: dict[str, Any]) -> str:
+    return (
+        f"{cfg['e2e_producers']} producer + {cfg['e2e_workers']} worker processes, "
+        f"{cfg['e2e_jobs']:,} jobs"
+    )
+
+
+def glance_lines(result: dict[str, Any]) -> list[str]:
+    """One line per backend (and SQLite e2e profile) with every side's
+    end-to-end jobs/s, litegate first, then litegate on each later backend
+    against the first: the two backends at a glance."""
+    rows = at_a_glance(result)
+    parts = result["results"]
+    shapes = {_shape(p["config"]) for p in parts.values() if "e2e" in p["config"]["scenarios"]}
+    head = "; " + shapes.pop() if len(shapes) == 1 else ""
+    lines = [f"At a glance: end to end, jobs/s (medians{head}):"]
+    labelled: list[tuple[str, str]] = []  # (label, figures), padded to line up below
+    for backend, part in parts.items():
+        title = BACKEND_TITLES[backend]
+        if "error" in part:
+            labelled.append((title, f"FAILED: {part['error'].splitlines()[-1]}"))
+            continue
+        mine = [r for r in rows if r["backend"] == backend]
+        if not mine:
+            scenarios = ",".join(part["config"]["scenarios"])
+            labelled.append((title, f"no end-to-end rows in this run (--scenarios {scenarios})"))
+            continue
+        for prof in dict.fromkeys(r["profile"] for r in mine):
+            label = title if backend == "postgres" else f"{title} ({PROFILE_TITLES[prof]})"
+            label += "" if head else f" [{_shape(part['config'])}]"
+            texts = []
+            for variant in ("batched", "one-job"):
+                cells = [
+                    _glance_cell(part, r)
+                    for r in mine
+                    if (r["profile"], r["variant"]) == (prof, variant)
+                ]
+                if cells:
+                    texts.append(f"{variant}: " + ", ".join(cells))
+            labelled.append((label, " | ".join(texts)))
+    width = max(len(label) for label, _ in labelled) + 1
+    lines += [f"  {label + ':':<{width}} {text}" for label, text in labelled]
+    return lines + _litegate_across(result, rows)
+
+
+def _glance_cell(part: dict[str, Any], row: dict[str, Any]) -> str:
+    """``side jobs/s``, with what went wrong when the cell was not clean (a
+    fast row that lost jobs is no figure to compare)."""
+    note = ""
+    if not row["clean"]:
+        e = find(part["summary"], "e2e", row["profile"], row["variant"], row["side"])
+        flags = _flags(e) if e is not None else ""
+        note = f" ({flags or _num(median_of(e, 'errors')) + ' errors'})"
+    return f"{row['side']} {_num(row['jobs_per_s'])}{note}"
+
+
+def _litegate_across(result: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """litegate's end-to-end jobs/s on each later backend over the first's,
+    each backend's first e2e profile (SQLite: balanced by default)."""
+    lg: dict[tuple[str, str], tuple[str, float]] = {}
+    for r in rows:
+        if r["side"] == "litegate" and r["jobs_per_s"] is not None:
+            lg.setdefault((r["backend"], r["variant"]), (r["profile"], r["jobs_per_s"]))
+    backends = list(result["results"])
+    first = backends[0]
+    out = []
+    for other in backends[1:]:
+        ratios, profs = [], set()
+        for variant in ("batched", "one-job"):
+            base, mine = lg.get((first, variant)), lg.get((other, variant))
+            if base and mine and base[1]:
+                ratios.append(f"{variant} {mine[1] / base[1]:.2f}x")
+                profs.add(PROFILE_TITLES.get(base[0], base[0]))
+        if ratios:
+            where = f" ({', '.join(sorted(profs))})" if first == "sqlite" else ""
+            out.append(
+                f"  litegate on {BACKEND_TITLES[other]} / on {BACKEND_TITLES[first]}{where}: "
+                + ", ".join(ratios)
+            )
+    return out
+
+
+def render_combined(result: dict[str, Any]) -> str:
+    titles = [BACKEND_TITLES[b] for b in result["backends"]]
+    parts = [
+        f"# queue (seed 004) on {' and '.join(titles)}: one invocation, "
+        f"{', then '.join(titles)} (a section each)",
+        "",
+        *glance_lines(result),
+    ]
+    for backend in result["backends"]:
+        part = result["results"][backend]
+        parts.append("")
+        if "error" in part:
+            parts += [
+                f"## queue (seed 004) on {BACKEND_TITLES[backend]}: FAILED",
+                "",
+                "This backend's part raised before it finished; the other backends' "
+                "results stand. The traceback is in the JSON (results."
+                f"{backend}.traceback).",
+                "",
+                f"    {part['error']}",
+            ]
+        else:
+            parts.append(render_part(part, level=2))
     return "\n".join(parts)

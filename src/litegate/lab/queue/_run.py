@@ -12,6 +12,7 @@ import queue
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
@@ -19,12 +20,13 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import _stats
 from .._procs import reap
 from .._progress import Progress
 from ._child import Role, Spec, child_main
-from ._config import Config
+from ._config import Combined, Config
 from ._pg import DbSizeSampler, PgCells
 from ._sides import BATCH_SIDES, NO_BATCH, create, remaining
 
@@ -42,6 +44,7 @@ class Cell:
     seconds: float = 0.0  # time-bounded roles: how long they run
     limit_s: float = 60.0  # the bound for every role
     na: str | None = None  # why this side cannot run this cell
+    backend: str = "sqlite"
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -60,9 +63,12 @@ def size_keys(backend: str) -> tuple[str, str, str]:
     return "wal_peak_bytes", "wal_final_bytes", "wal_series"
 
 
-def plan(cfg: Config) -> list[Cell]:
+def plan(cfg: Config | Combined) -> list[Cell]:
     """Every cell of one run, scenario by scenario; the sides interleaved
-    within each (profile, variant) so that drift hits them all alike."""
+    within each (profile, variant) so that drift hits them all alike. A
+    combined run: each backend's cells in turn (SQLite's first)."""
+    if isinstance(cfg, Combined):
+        return [cell for part in cfg.parts for cell in plan(part)]
     cells: list[Cell] = []
     slack = 30.0
 
@@ -79,7 +85,17 @@ def plan(cfg: Config) -> list[Cell]:
         for side in sides if sides is not None else cfg.sides:
             reason = (na or {}).get(side)
             cells.append(
-                Cell(scenario, profile, side, variant, tuple(roles), seconds, limit, reason)
+                Cell(
+                    scenario,
+                    profile,
+                    side,
+                    variant,
+                    tuple(roles),
+                    seconds,
+                    limit,
+                    reason,
+                    backend=cfg.backend,
+                )
             )
 
     for scenario in cfg.scenarios:
@@ -687,11 +703,20 @@ def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
 # the experiment
 
 
-def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
+def run(cfg: Config | Combined, progress: Progress | None = None) -> dict[str, Any]:
     progress = progress or Progress(0)
+    parts = cfg.parts if isinstance(cfg, Combined) else (cfg,)
+    progress.total = float(sum(len(plan(part)) * part.runs for part in parts))
+    if isinstance(cfg, Combined):
+        return run_combined(cfg, progress)
+    return run_part(cfg, progress)
+
+
+def run_part(cfg: Config, progress: Progress, label: str = "") -> dict[str, Any]:
+    """Every run of one backend's cells (``label`` goes before each cell's
+    progress line)."""
     ctx = mp.get_context(cfg.start_method)
     cells = plan(cfg)
-    progress.total = float(len(cells) * cfg.runs)
     started = time.time()
     t0 = time.monotonic()
     raw: list[dict[str, Any]] = []
@@ -699,14 +724,16 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         pg: PgCells | None = None
         if cfg.backend == "postgres":
-            progress.describe("starting PostgreSQL" if cfg.pg_url is None else "connecting")
+            progress.describe(
+                label + ("starting PostgreSQL" if cfg.pg_url is None else "connecting")
+            )
             pg = stack.enter_context(PgCells(cfg.pg_url, fsync=cfg.pg_fsync))
             server = pg.info()
         for run_no in range(1, cfg.runs + 1):
             for cell in cells:
                 progress.describe(
-                    f"run {run_no}/{cfg.runs} {cell.scenario} {cell.profile} {cell.variant} "
-                    f"{cell.side}"
+                    f"{label}run {run_no}/{cfg.runs} {cell.scenario} {cell.profile} "
+                    f"{cell.variant} {cell.side}"
                 )
                 raw.append(run_cell(cfg, ctx, run_no, cell, pg))
                 progress.advance()
@@ -723,3 +750,87 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     result["summary"] = summarise(raw)
     result["targets"] = targets(cfg, result)
     return result
+
+
+def _failed_part(cfg: Config, exc: Exception) -> dict[str, Any]:
+    """What is left of a backend's part that raised: the error, and empty
+    figures, so the other backend's results are still reported and saved."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    secret = urlsplit(cfg.pg_url).password if cfg.pg_url else None
+    if secret:  # never a password in the results
+        text, tb = text.replace(secret, "***"), tb.replace(secret, "***")
+    return {
+        "experiment": NAME,
+        "backend": cfg.backend,
+        "config": cfg.to_json(),
+        "error": text,
+        "traceback": tb,
+        "raw": [],
+        "summary": [],
+        "targets": [],
+    }
+
+
+def run_combined(cfg: Combined, progress: Progress) -> dict[str, Any]:
+    """Each backend's part in turn, SQLite's first, into one result whose
+    ``results`` holds each backend's as ``run_part`` returns it."""
+    started = time.time()
+    t0 = time.monotonic()
+    results: dict[str, dict[str, Any]] = {}
+    for part in cfg.parts:
+        done = progress.done
+        try:
+            results[part.backend] = run_part(part, progress, label=f"{part.backend}: ")
+        except Exception as exc:
+            # A full SQLite matrix takes a quarter of an hour: a PostgreSQL
+            # server that fails to start afterwards must not throw it away.
+            results[part.backend] = _failed_part(part, exc)
+            progress.set_done(done + len(plan(part)) * part.runs)
+    result: dict[str, Any] = {
+        "experiment": NAME,
+        "backend": ",".join(cfg.backends),
+        "backends": list(cfg.backends),
+        "started_at": started,
+        "elapsed_s": time.monotonic() - t0,
+        "config": cfg.to_json(),
+        "results": results,
+    }
+    result["at_a_glance"] = at_a_glance(result)
+    return result
+
+
+def at_a_glance(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The end-to-end jobs/s of every side on every backend of a combined
+    run (medians), litegate first in each row: the figures its report's
+    summary lines show."""
+    out: list[dict[str, Any]] = []
+    for backend, part in result["results"].items():
+        cfg = part["config"]
+        sides = list(cfg["sides"])
+        order = ["litegate"] * ("litegate" in sides) + [s for s in sides if s != "litegate"]
+        for prof in cfg["e2e_profiles"] if "e2e" in cfg["scenarios"] else ():
+            for variant in ("batched", "one-job"):
+                for side in order:
+                    e = find(part["summary"], "e2e", prof, variant, side)
+                    if e is None or e["na"]:
+                        continue
+                    out.append(
+                        {
+                            "backend": backend,
+                            "profile": prof,
+                            "variant": variant,
+                            "side": side,
+                            "jobs_per_s": median_of(e, "throughput"),
+                            "clean": not (
+                                e["lost"]
+                                or e["duplicates"]
+                                or e["unknown"]
+                                or e["extra"]
+                                or e["setup_errors"]
+                                or e["timed_out"]
+                                or median_of(e, "errors")
+                            ),
+                        }
+                    )
+    return out
