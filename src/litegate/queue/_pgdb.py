@@ -37,6 +37,7 @@ from .._errors import Closed, ConfigError, OpenError
 from . import _postgres
 from ._errors import CommitUnknown, ServerUnavailable
 from ._postgres import CHANNEL
+from ._waker import Waiters
 
 T = TypeVar("T")
 
@@ -402,7 +403,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-class PgWaker:
+class PgWaker(Waiters):
     """Wakes claimers waiting for work, with the Waker's interface.
 
     One thread per queue object keeps a connection that ``LISTEN``s on the
@@ -417,23 +418,10 @@ class PgWaker:
     def __init__(self, db: PgDatabase, queue: str) -> None:
         self._db = db
         self._queue = queue
-        self._lock = threading.Lock()  # guards the fields below; no I/O under it
-        self._waiters: list[Callable[[], None]] = []
+        super().__init__()
         self._thread: threading.Thread | None = None
         self._listening = threading.Event()
-        self._closed = False
         self._conn: Any = None
-        self._pid = os.getpid()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def notify(self) -> None:
-        with self._lock:
-            woken, self._waiters = self._waiters, []
-        for wake in woken:
-            wake()
 
     def add(self, wake: Callable[[], None]) -> None:
         with self._lock:
@@ -453,10 +441,6 @@ class PgWaker:
         # Bounded: if the server is away, the waiter still wakes at its own
         # deadline; the listener wakes everyone once it is back.
         listening.wait(5.0)
-
-    def discard(self, wake: Callable[[], None]) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._waiters.remove(wake)
 
     def _listen(self) -> None:
         psycopg = self._db._psycopg

@@ -25,14 +25,14 @@ from urllib.parse import quote
 _STARTING = object()  # Waker._thread while a waiter starts the watcher
 
 
-class Waker:
-    def __init__(self, path: str, poll: float) -> None:
-        self._path = path
-        self._poll = poll
-        self._lock = threading.Lock()  # guards the fields below; no I/O under it
+class Waiters:
+    """The waiting claimers of one queue object, and what every waker does
+    with them: count, wake all, forget one. (The watching differs: this
+    module's :class:`Waker` for SQLite, ``_pgdb.PgWaker`` for PostgreSQL.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards the subclass's fields too; no I/O under it
         self._waiters: list[Callable[[], None]] = []
-        self._thread: threading.Thread | object | None = None
-        self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._pid = os.getpid()
 
@@ -46,6 +46,19 @@ class Waker:
             woken, self._waiters = self._waiters, []
         for wake in woken:
             wake()
+
+    def discard(self, wake: Callable[[], None]) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._waiters.remove(wake)
+
+
+class Waker(Waiters):
+    def __init__(self, path: str, poll: float) -> None:
+        super().__init__()
+        self._path = path
+        self._poll = poll
+        self._thread: threading.Thread | object | None = None
+        self._conn: sqlite3.Connection | None = None
 
     def add(self, wake: Callable[[], None]) -> None:
         """Register ``wake``; it is called once at the next commit seen (or
@@ -66,10 +79,6 @@ class Waker:
             with self._lock:
                 self._thread = thread
             thread.start()
-
-    def discard(self, wake: Callable[[], None]) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._waiters.remove(wake)
 
     def _version(self) -> int | None:
         try:

@@ -8,6 +8,7 @@ import json
 import random
 import threading
 import time
+from collections import Counter
 from multiprocessing.synchronize import Event
 
 from litegate.queue import Queue
@@ -101,3 +102,16 @@ def put_after(url: str, name: str, delay: float) -> None:
     time.sleep(delay)
     q.put("late")
     q.close()
+
+
+def drain(q: Queue, acked: Counter[int]) -> None:
+    """Claim and ack whatever killed workers left (it comes back when the
+    leases run out), counting each ack in ``acked``."""
+    while True:
+        counts = q.counts()
+        if counts["ready"] + counts["leased"] + counts["scheduled"] == 0:
+            return
+        jobs = q.claim(n=100, wait=1.5)
+        if jobs:
+            q.ack_many(jobs)
+            acked.update(j.id for j in jobs)

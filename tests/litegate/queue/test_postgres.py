@@ -133,14 +133,7 @@ def test_the_queue_rides_out_a_server_restart(
     put_ids = [i for o in outs["p"] for ids in _read(o) for i in ids]
     acked = Counter(i for o in outs["w"] for ids in _read(o) for i in ids)
     q = Queue(pg_empty)
-    while True:
-        counts = q.counts()
-        if counts["ready"] + counts["leased"] + counts["scheduled"] == 0:
-            break
-        jobs = q.claim(n=100, wait=1.5)
-        if jobs:
-            q.ack_many(jobs)
-            acked.update(j.id for j in jobs)
+    procs.drain(q, acked)
     assert max(acked.values()) == 1  # nothing acked twice
     assert {i for i in set(put_ids) if q.get(i).state == "done"} == set(put_ids)
     assert q.counts()["dead"] == 0

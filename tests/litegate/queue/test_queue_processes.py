@@ -163,14 +163,7 @@ def test_random_sigkills_lose_nothing_and_ack_nothing_twice(queue_db: str, tmp_p
     assert len(put_ids) > 100
     # Drain what the killed workers left (their leases run out after 1 s).
     q = Queue(queue_db)
-    while True:
-        counts = q.counts()
-        if counts["ready"] + counts["leased"] + counts["scheduled"] == 0:
-            break
-        jobs = q.claim(n=100, wait=1.5)
-        if jobs:
-            q.ack_many(jobs)
-            acked.update(j.id for j in jobs)
+    procs.drain(q, acked)
     assert max(acked.values()) == 1  # nothing acked twice
     done = {i for i in set(put_ids) if q.get(i).state == "done"}
     assert done == set(put_ids)  # every put that returned is done
