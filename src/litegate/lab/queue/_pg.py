@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
+
+from ._sampler import Sampler
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -124,21 +125,19 @@ class PgCells:
         return out
 
 
-class DbSizeSampler:
+class DbSizeSampler(Sampler):
     """``pg_database_size`` of the cell's database, sampled on a thread of the
-    parent (the interface of ``_run.WalSampler``): how the queue's storage
-    grows with dead row versions and finished jobs."""
+    parent: how the queue's storage grows with dead row versions and
+    finished jobs."""
+
+    NAME = "db-size-sampler"
 
     def __init__(self, url: str, interval: float) -> None:
         import psycopg
 
-        self.interval = interval
-        self.samples: list[tuple[float, int]] = []
-        self.t0 = time.monotonic()
+        super().__init__(interval)
         self._conn: Any = psycopg.connect(url, autocommit=True, connect_timeout=30)
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="db-size-sampler", daemon=True)
+        self._lock = threading.Lock()  # the sampler thread and the caller share _conn
 
     def size(self) -> int:
         with self._lock:
@@ -147,21 +146,8 @@ class DbSizeSampler:
             row = self._conn.execute("SELECT pg_database_size(current_database())").fetchone()
             return int(row[0])
 
-    def start(self) -> None:
-        self.t0 = time.monotonic()
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            self.samples.append((time.monotonic() - self.t0, self.size()))
-            if self._stop.wait(self.interval):
-                return
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self.samples.append((time.monotonic() - self.t0, self.size()))
+        super().stop()
         self.close()
 
     def close(self) -> None:
@@ -169,7 +155,3 @@ class DbSizeSampler:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-
-    @property
-    def peak(self) -> int:
-        return max((b for _, b in self.samples), default=0)

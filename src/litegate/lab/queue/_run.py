@@ -28,6 +28,7 @@ from .._progress import Progress
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
 from ._pg import DbSizeSampler, PgCells
+from ._sampler import Sampler
 from ._sides import BATCH_SIDES, NO_BATCH, create, remaining
 
 NAME = "queue"
@@ -188,44 +189,20 @@ def _storage(cfg: Config, pg: PgCells | None) -> Iterator[str]:
             yield os.path.join(tmp, "queue.db")
 
 
-class WalSampler:
+class WalSampler(Sampler):
     """Samples the size of the ``-wal`` file on a thread of the parent."""
 
+    NAME = "wal-sampler"
+
     def __init__(self, path: str, interval: float) -> None:
+        super().__init__(interval)
         self.path = path + "-wal"
-        self.interval = interval
-        self.samples: list[tuple[float, int]] = []
-        self.t0 = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="wal-sampler", daemon=True)
 
     def size(self) -> int:
         try:
             return os.path.getsize(self.path)
         except OSError:
             return 0
-
-    def start(self) -> None:
-        self.t0 = time.monotonic()
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            self.samples.append((time.monotonic() - self.t0, self.size()))
-            if self._stop.wait(self.interval):
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.samples.append((time.monotonic() - self.t0, self.size()))
-
-    @property
-    def peak(self) -> int:
-        return max((b for _, b in self.samples), default=0)
-
-    def close(self) -> None:
-        pass
 
 
 def _pcts(values: Sequence[float]) -> dict[str, float | None]:
@@ -293,7 +270,7 @@ def run_cell(
         ]
         for p in procs:
             p.start()
-        sampler: WalSampler | DbSizeSampler = (
+        sampler: Sampler = (
             DbSizeSampler(path, interval)
             if cfg.backend == "postgres"
             else WalSampler(path, interval)
