@@ -184,19 +184,27 @@ class PgDatabase:
         self._check()
         merged = _postgres.merged_form(fn)
         if merged is not None:
-            run, kind = merged
+            run, kind, kwargs = merged
             with self._lock:
                 merger = self._mergers.get(kind)
                 if merger is None:
                     merger = self._mergers[kind] = _Merger(self, run)
-            assert isinstance(fn, functools.partial)
-            value: T = merger.submit(fn.keywords, timeout)
+            value: T = merger.submit(kwargs, timeout)
             return value
         return self._attempt(fn, _postgres.runs_alone(fn), timeout)
 
-    def _attempt(self, fn: Callable[[Any], T], alone: bool, timeout: float | None) -> T:
+    def _attempt(
+        self,
+        fn: Callable[[Any], T],
+        alone: bool,
+        timeout: float | None,
+        *,
+        repeatable: bool = False,
+    ) -> T:
         """``fn(conn)`` in autocommit (``alone``: each of its statements is
-        atomic on its own) or in a transaction, with the retries."""
+        atomic on its own) or in a transaction, with the retries. A broken
+        connection after the work was sent is CommitUnknown, unless the
+        work is ``repeatable`` (a read) or the server said it aborted it."""
         psycopg = self._psycopg
         deadline: float | None = None
         pause = 0.02
@@ -214,7 +222,7 @@ class PgDatabase:
             except psycopg.OperationalError as exc:
                 if not _broken(exc):
                     raise
-                if sent and not _aborted(exc):
+                if sent and not repeatable and not _aborted(exc):
                     raise CommitUnknown(
                         f"the connection to PostgreSQL at {self.path} broke while the work was "
                         f"being committed ({_first_line(exc)}); it may or may not be committed. "
@@ -231,22 +239,12 @@ class PgDatabase:
         on a new connection while the server is away (reads are safe to
         repeat)."""
         self._check()
-        psycopg = self._psycopg
-        deadline: float | None = None
-        pause = 0.02
-        while True:
-            try:
-                with self.pool.connection(timeout=self._checkout(timeout)) as conn:
-                    rows: list[Any] = conn.execute(sql, params).fetchall()
-                    return rows
-            except psycopg.OperationalError as exc:
-                if not _broken(exc):
-                    raise
-                deadline = self._wait(deadline, exc, pause)
-                pause = min(pause * 2, 0.5)
-            except self._pool_errors as exc:
-                deadline = self._wait(deadline, exc, pause)
-                pause = min(pause * 2, 0.5)
+
+        def read(conn: Any) -> list[Any]:
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+            return rows
+
+        return self._attempt(read, True, timeout, repeatable=True)
 
     def _checkout(self, timeout: float | None) -> float:
         return self.reconnect if timeout is None else timeout
@@ -491,7 +489,9 @@ class AsyncPgDatabase:
 
     async def transact(self, fn: Callable[[Any], T], *, timeout: float | None = None) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(self.sync.transact, fn))
+        return await loop.run_in_executor(
+            None, functools.partial(self.sync.transact, fn, timeout=timeout)
+        )
 
     async def query(self, sql: str, params: Any = ()) -> list[Any]:
         loop = asyncio.get_running_loop()

@@ -473,19 +473,21 @@ def ack_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
     ]
 
 
-def merged_form(fn: Callable[..., Any]) -> tuple[Callable[..., list[Any]], str] | None:
-    """(merged function, kind) for a call the logic handed over as
+def merged_form(
+    fn: Callable[..., Any],
+) -> tuple[Callable[..., list[Any]], str, dict[str, Any]] | None:
+    """(merged function, kind, the call's arguments) for a call the logic handed over as
     ``partial(store_function, **kwargs)`` that may share a statement with
     others; None for anything else (a put with a dedupe key, a call with the
     caller's ``also=`` SQL, ...)."""
     if not isinstance(fn, partial) or fn.args:
         return None
     if fn.func is insert_one and fn.keywords["row"][5] is None:
-        return insert_merged, "put"
+        return insert_merged, "put", fn.keywords
     if fn.func is claim:
-        return claim_merged, "claim"
+        return claim_merged, "claim", fn.keywords
     if fn.func is ack:
-        return ack_merged, "ack"
+        return ack_merged, "ack", fn.keywords
     return None
 
 
