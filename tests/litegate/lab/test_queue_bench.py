@@ -18,7 +18,7 @@ import pytest
 from litegate.__main__ import main
 from litegate.lab import queue as bench
 from litegate.lab.queue import _config, _render, _run, _sides
-from litegate.lab.queue._config import Config
+from litegate.lab.queue._config import Combined, Config
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -282,13 +282,19 @@ def _args(**kw: Any) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
-def _parsed(argv: list[str]) -> Config:
+def parse_any(argv: list[str]) -> Config | Combined:
+    """``litegate bench queue``'s options as its CLI parses them (shared by
+    the PostgreSQL and both-backend bench tests)."""
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--noise-k", type=float, default=2.0)
     bench.add_arguments(p)
-    cfg = bench.config_from_args(p.parse_args(argv))
+    return bench.config_from_args(p.parse_args(argv))
+
+
+def _parsed(argv: list[str]) -> Config:
+    cfg = parse_any(argv)
     assert isinstance(cfg, Config)  # one backend (several: a Combined)
     return cfg
 

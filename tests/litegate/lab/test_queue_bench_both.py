@@ -23,6 +23,7 @@ from litegate.lab._progress import Progress
 from litegate.lab._report import to_json
 from litegate.lab.queue import _config, _run
 from litegate.lab.queue._config import Combined, Config
+from tests.litegate.lab.test_queue_bench import parse_any
 
 PNG = b"\x89PNG\r\n\x1a\n"
 URL = "postgresql://bench:s3cret@/bench?host=/tmp/sock&port=5432"
@@ -47,17 +48,8 @@ TINY = Config(
 TINY_PG = dataclasses.replace(TINY, backend="postgres", sides=("litegate", "pgqueuer"))
 
 
-def _parsed(argv: list[str]) -> Config | Combined:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--noise-k", type=float, default=2.0)
-    bench.add_arguments(p)
-    return bench.config_from_args(p.parse_args(argv))
-
-
 def _both(argv: list[str]) -> tuple[Config, Config]:
-    cfg = _parsed(["--backend", "both", *argv])
+    cfg = parse_any(["--backend", "both", *argv])
     assert isinstance(cfg, Combined)
     sqlite, pg = cfg.parts
     return sqlite, pg
@@ -89,19 +81,19 @@ def test_unknown_backends_are_refused(text: str) -> None:
 
 
 def test_one_backend_is_a_plain_config() -> None:
-    assert _parsed([]) == Config()
-    assert _parsed(["--backend", "sqlite"]) == Config()
+    assert parse_any([]) == Config()
+    assert parse_any(["--backend", "sqlite"]) == Config()
 
 
 @needs_psycopg
 @pytest.mark.parametrize("backend", ["both", "sqlite,postgres", "postgres,sqlite"])
 def test_both_is_a_part_per_backend(backend: str) -> None:
-    cfg = _parsed(["--backend", backend, "--pg-url", URL])
+    cfg = parse_any(["--backend", backend, "--pg-url", URL])
     assert isinstance(cfg, Combined)
     assert cfg.backends == ("sqlite", "postgres")
     sqlite, pg = cfg.parts
     assert sqlite == Config()  # exactly what --backend sqlite runs
-    assert pg == _parsed(["--backend", "postgres", "--pg-url", URL])
+    assert pg == parse_any(["--backend", "postgres", "--pg-url", URL])
     assert pg.cell_timeout == _config.PG_CELL_TIMEOUT
     assert "s3cret" not in str(cfg.to_json())
 
@@ -139,7 +131,7 @@ def test_quick_with_both() -> None:
 def test_both_without_a_url_needs_the_server_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_pgserver, "find_bindir", lambda: None)
     with pytest.raises(ValueError, match="--pg-url") as info:
-        _parsed(["--backend", "both"])
+        parse_any(["--backend", "both"])
     assert _pgserver.MISSING_HELP in str(info.value)
     monkeypatch.setattr(_pgserver, "find_bindir", lambda: Path("/usr/bin"))
     _, pg = _both(["--pg-fsync", "off"])

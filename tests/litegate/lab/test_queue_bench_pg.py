@@ -6,7 +6,6 @@ the server binaries, where PostgreSQL is not installed."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 from pathlib import Path
@@ -19,6 +18,7 @@ from litegate.lab import _pgserver
 from litegate.lab import queue as bench
 from litegate.lab.queue import _config, _pg, _run
 from litegate.lab.queue._config import Config
+from tests.litegate.lab.test_queue_bench import _parsed
 
 PNG = b"\x89PNG\r\n\x1a\n"
 URL = "postgresql://bench:s3cret@/bench?host=/tmp/sock&port=5432"
@@ -40,17 +40,6 @@ TINY = Config(
 needs_psycopg = pytest.mark.skipif(
     importlib.util.find_spec("psycopg") is None, reason="needs psycopg (the postgres extra)"
 )
-
-
-def _parsed(argv: list[str]) -> Config:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--noise-k", type=float, default=2.0)
-    bench.add_arguments(p)
-    cfg = bench.config_from_args(p.parse_args(argv))
-    assert isinstance(cfg, Config)  # one backend (several: a Combined)
-    return cfg
 
 
 # -- options and plan (no server) ---------------------------------------------------
