@@ -246,24 +246,30 @@ _EXPIRED = (
 # Rows are locked with SKIP LOCKED, so concurrent claimers never wait for
 # each other or share a job. (In one snapshot the claim cannot see the
 # sweep's writes, so it picks among the expired rows itself.)
+#
+# Its times come from ``clock``: the server's clock read once, while the
+# statement runs, after its snapshot. ``now()`` is when the transaction
+# began, and a backend can stall between that and the snapshot while
+# another claim sweeps an expired lease back to the line; a lease dated
+# from ``now()`` could then start before the previous holder's ended.
 _CLAIM = f"""
-WITH dead AS (
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t), dead AS (
     UPDATE {TABLE}
-       SET state = 3, done_at = now(), token = NULL, lease_until = NULL,
+       SET state = 3, done_at = (SELECT t FROM clock), token = NULL, lease_until = NULL,
            last_error = {_EXPIRED.format(t="")}
      WHERE id IN (SELECT id FROM {TABLE}
-                   WHERE queue = %(queue)s AND state = 1 AND lease_until <= now()
+                   WHERE queue = %(queue)s AND state = 1 AND lease_until <= (SELECT t FROM clock)
                      AND attempts >= max_attempts
                      FOR UPDATE SKIP LOCKED)
 ), due AS (
     SELECT id, priority, run_at FROM {TABLE}
-     WHERE queue = %(queue)s AND state = 0 AND run_at <= now()
+     WHERE queue = %(queue)s AND state = 0 AND run_at <= (SELECT t FROM clock)
      ORDER BY priority DESC, run_at, id
      LIMIT %(n)s
        FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, priority, run_at FROM {TABLE}
-     WHERE queue = %(queue)s AND state = 1 AND lease_until <= now()
+     WHERE queue = %(queue)s AND state = 1 AND lease_until <= (SELECT t FROM clock)
        AND attempts < max_attempts
        FOR UPDATE SKIP LOCKED
 ), picked AS (
@@ -278,7 +284,7 @@ WITH dead AS (
 ), claimed AS (
     UPDATE {TABLE} AS j
        SET state = 1, token = (%(tokens)s::bigint[])[picked.slot], attempts = j.attempts + 1,
-           lease_until = now() + %(lease)s * interval '1 second',
+           lease_until = (SELECT t FROM clock) + %(lease)s * interval '1 second',
            last_error = CASE WHEN j.state = 1 THEN {_EXPIRED.format(t="j.")}
                              ELSE j.last_error END
       FROM picked
@@ -286,7 +292,7 @@ WITH dead AS (
     RETURNING j.id, j.payload, j.attempts, j.priority, j.run_at, j.max_attempts
 )
 SELECT id, payload::text, attempts, priority, {_epoch("run_at")}, max_attempts,
-       {_epoch("now() + %(lease)s * interval '1 second'")}
+       {_epoch("(SELECT t FROM clock) + %(lease)s * interval '1 second'")}
   FROM claimed
  ORDER BY priority DESC, run_at, id
 """
@@ -335,11 +341,14 @@ def ack(conn: Any, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
     return [jid for jid, _ in owned if jid not in done]
 
 
+# Dated like a claim (see _CLAIM): from when the statement runs.
 _EXTEND = f"""
-UPDATE {TABLE} AS j SET state = 1, lease_until = now() + %(lease)s * interval '1 second'
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE {TABLE} AS j
+   SET state = 1, lease_until = (SELECT t FROM clock) + %(lease)s * interval '1 second'
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
  WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
-RETURNING j.id, {_epoch("now() + %(lease)s * interval '1 second'")}
+RETURNING j.id, {_epoch("(SELECT t FROM clock) + %(lease)s * interval '1 second'")}
 """
 
 

@@ -340,3 +340,35 @@ def test_a_payload_postgres_refuses_fails_alone_as_a_payload_error(pg_empty: str
     assert all(isinstance(e, PayloadError) and "NUL" in str(e) for e in errors), errors
     assert q.counts()["ready"] == 15
     q.close()
+
+
+def test_a_claim_dates_its_lease_from_when_it_ran_not_from_when_its_transaction_began(
+    pg_empty: str,
+) -> None:
+    """A backend can stall between starting a statement's transaction (which
+    fixes ``now()``) and taking its snapshot; meanwhile another claim may
+    sweep an expired lease back to the line. A claim that then takes the job
+    must not date its lease from before the previous lease ended, or two
+    leases of one job overlap on the record. Here the stall is an open
+    transaction, made deterministic."""
+    import psycopg
+
+    from litegate.queue import _postgres as store
+
+    q = Queue(pg_empty, name="q")
+    first_id = q.put("first")
+    (first,) = q.claim(lease=0.2)
+    with psycopg.connect(pg_empty, autocommit=False) as late:
+        late.execute("SELECT now()")  # the transaction's now() is fixed here
+        while time.time() < first.lease_until + 0.05:
+            time.sleep(0.01)
+        # Another claim sweeps the expired lease (it takes the urgent job instead).
+        q.put("urgent", priority=10)
+        (urgent,) = q.claim(lease=5)
+        assert urgent.payload == "urgent"
+        assert q.get(first_id).state == "ready"
+        rows, until = store.claim(late, "q", 1, 0.2, token=7)
+        late.commit()
+    assert [r[0] for r in rows] == [first_id]
+    assert until - 0.2 >= first.lease_until
+    q.close()
