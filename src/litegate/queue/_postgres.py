@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from .._errors import ConfigError, OpenError
@@ -265,7 +265,7 @@ WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t), dead AS (
     SELECT id, priority, run_at FROM {TABLE}
      WHERE queue = %(queue)s AND state = 0 AND run_at <= (SELECT t FROM clock)
      ORDER BY priority DESC, run_at, id
-     LIMIT %(n)s
+     LIMIT {{n}}
        FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, priority, run_at FROM {TABLE}
@@ -276,7 +276,7 @@ WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t), dead AS (
     SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
       FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
      ORDER BY priority DESC, run_at, id
-     LIMIT %(n)s
+     LIMIT {{n}}
 ), swept AS (
     UPDATE {TABLE}
        SET state = 0, lease_until = NULL, last_error = {_EXPIRED.format(t="")}
@@ -305,11 +305,21 @@ def claim(conn: Any, queue: str, n: int, lease: float, token: int) -> tuple[list
     return _claim(conn, queue, lease, [token] * n)
 
 
+@lru_cache(maxsize=64)
+def _claim_sql(n: int) -> str:
+    # The LIMIT is written into the statement, not passed as a parameter:
+    # once the table has statistics, PostgreSQL costs the generic plan of an
+    # unknown LIMIT so high that it plans every execution of the prepared
+    # statement anew: a claim took ~0.9 ms instead of ~0.5 here (planning
+    # costs more than running it). One prepared statement per n instead.
+    return _CLAIM.replace("{n}", str(int(n)))
+
+
 def _claim(conn: Any, queue: str, lease: float, tokens: list[int]) -> tuple[list[Any], float]:
     """The k-th job claimed gets ``tokens[k]``: several claims, each with its
     own token, can share one statement (see :func:`claim_merged`)."""
-    params = {"queue": queue, "n": len(tokens), "tokens": tokens, "lease": lease}
-    rows = conn.execute(_CLAIM, params).fetchall()
+    params = {"queue": queue, "tokens": tokens, "lease": lease}
+    rows = conn.execute(_claim_sql(len(tokens)), params).fetchall()
     until = float(rows[0][6]) if rows else time.time() + lease  # (unused with no rows)
     return rows, until
 

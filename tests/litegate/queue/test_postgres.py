@@ -245,7 +245,7 @@ def test_hot_statements_use_their_indexes(pg_empty: str) -> None:
             q.ack_many(q.claim(n=1000))
         q.put_many(list(range(10)))
     statements: list[tuple[str, Any]] = [
-        (_postgres._CLAIM, {"queue": "idx", "n": 10, "tokens": [1] * 10, "lease": 30.0}),
+        (_postgres._claim_sql(10), {"queue": "idx", "tokens": [1] * 10, "lease": 30.0}),
         (_postgres._ACK, ([1, 2], [1, 1])),
         (_postgres._ACK_ONE, (1, 1)),
         (_postgres.NEXT_DUE, {"queue": "idx", "now": 1.0}),
@@ -372,3 +372,29 @@ def test_a_claim_dates_its_lease_from_when_it_ran_not_from_when_its_transaction_
     assert [r[0] for r in rows] == [first_id]
     assert until - 0.2 >= first.lease_until
     q.close()
+
+
+def test_a_claim_runs_on_a_cached_plan(pg_empty: str) -> None:
+    """psycopg prepares a statement run often; PostgreSQL then either reuses
+    one generic plan or plans each execution anew. The claim must get the
+    cached plan: planning it took twice as long as running it."""
+    import psycopg
+
+    from litegate.queue import _postgres as store
+
+    with Queue(pg_empty, name="q") as q:  # a queue in use: jobs done, waiting, leased
+        q.put_many(list(range(10_000)))
+        q.ack_many(q.claim(n=5000))
+        q.claim(n=8, lease=300)
+    with psycopg.connect(pg_empty, autocommit=True) as conn:
+        conn.execute("ANALYZE litegate_jobs")  # as autovacuum soon would
+        for _ in range(20):  # psycopg prepares it at the 6th
+            store.claim(conn, "q", 1, 30.0, token=1)
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%clock_timestamp()%'"
+        ).fetchall()
+    assert len(plans) == 1
+    generic, custom = plans[0]
+    # PostgreSQL tries 5 custom plans before it weighs the generic one.
+    assert (generic, custom) == (10, 5), plans
