@@ -24,6 +24,7 @@ from litegate.lab._report import to_json
 from litegate.lab.queue import _config, _run
 from litegate.lab.queue._config import Combined, Config
 from tests.litegate.lab.test_queue_bench import parse_any
+from tests.litegate.lab.test_queue_bench_pg import assert_usage_error
 
 PNG = b"\x89PNG\r\n\x1a\n"
 URL = "postgresql://bench:s3cret@/bench?host=/tmp/sock&port=5432"
@@ -149,12 +150,7 @@ def test_both_without_a_url_needs_the_server_binaries(monkeypatch: pytest.Monkey
 def test_usage_errors_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if importlib.util.find_spec("psycopg") is None:
-        pytest.skip("needs psycopg (the postgres extra)")
-    assert main(["bench", "queue", *argv]) == 2
-    err = capsys.readouterr().err
-    assert "usage:" in err
-    assert message in err
+    assert_usage_error(argv, message, capsys)
 
 
 # -- plan ----------------------------------------------------------------------------

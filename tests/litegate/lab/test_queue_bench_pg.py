@@ -90,6 +90,12 @@ def test_url_helpers() -> None:
 def test_usage_errors_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert_usage_error(argv, message, capsys)
+
+
+def assert_usage_error(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``litegate bench queue *argv`` exits 2 with its usage and ``message``
+    (shared with the both-backend bench tests)."""
     if importlib.util.find_spec("psycopg") is None:
         pytest.skip("needs psycopg (the postgres extra)")
     assert main(["bench", "queue", *argv]) == 2
