@@ -105,6 +105,36 @@ class ProcessLoop:
         self.loop.close()
 
 
+class LoopSide(Side):
+    """A side for an asyncio-first peer, driven through the process's one
+    :class:`ProcessLoop`. A subclass says what its client is and what closing
+    the library takes."""
+
+    own_worker = True
+
+    def __init__(self, path: str, profile: str) -> None:
+        super().__init__(path, profile)
+        self.loop = ProcessLoop(self.name)
+
+    def _client(self) -> Client:
+        raise NotImplementedError
+
+    def _new_client(self) -> Client:
+        if self._clients:
+            self.loop.share()  # a second harness thread: the loop needs one of its own
+        return self._client()
+
+    async def _close_async(self) -> None:
+        """The library's own shutdown, run on the loop (none by default)."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+            self.loop.call(self._close_async())
+        finally:
+            self.loop.close()
+
+
 # -- litegate ----------------------------------------------------------------------
 
 
@@ -169,15 +199,13 @@ class ProcrastinateClient(Client):
             self.worker_id = None
 
 
-class ProcrastinateSide(Side):
+class ProcrastinateSide(LoopSide):
     name = "procrastinate"
-    own_worker = True
 
     def __init__(self, path: str, profile: str, threads: int = 1) -> None:
-        super().__init__(path, profile)
         mod: Any = importlib.import_module("procrastinate")
         self.status: Any = importlib.import_module("procrastinate.jobs").Status
-        self.loop = ProcessLoop("procrastinate")
+        super().__init__(path, profile)  # the loop: after the imports, which may fail
         # A pool big enough for every thread (or every concurrent job of its
         # worker) plus the worker's LISTEN connection: none waits for another.
         connector = mod.PsycopgConnector(conninfo=path, min_size=1, max_size=threads + 2)
@@ -199,9 +227,7 @@ class ProcrastinateSide(Side):
     async def _open(self) -> None:
         await self.app.open_async()
 
-    def _new_client(self) -> Client:
-        if self._clients:
-            self.loop.share()  # a second harness thread: the loop needs one of its own
+    def _client(self) -> Client:
         return ProcrastinateClient(self)
 
     def work(
@@ -247,12 +273,8 @@ class ProcrastinateSide(Side):
             return True
         return False
 
-    def close(self) -> None:
-        try:
-            super().close()
-            self.loop.call(self.app.close_async())
-        finally:
-            self.loop.close()
+    async def _close_async(self) -> None:
+        await self.app.close_async()
 
 
 # -- pgqueuer ------------------------------------------------------------------------
@@ -302,25 +324,21 @@ class PgqueuerClient(Client):
             self.conn = None
 
 
-class PgqueuerSide(Side):
+class PgqueuerSide(LoopSide):
     name = "pgqueuer"
-    own_worker = True
 
     def __init__(self, path: str, profile: str, threads: int = 1) -> None:
-        super().__init__(path, profile)
         self.mod: Any = importlib.import_module("pgqueuer")
         self.asyncpg: Any = importlib.import_module("asyncpg")
         params = importlib.import_module("pgqueuer.queries").EntrypointExecutionParameter
         self.entrypoint_params: Any = params(concurrency_limit=0)  # 0: no limit
         self.mode: Any = importlib.import_module("pgqueuer.types").QueueExecutionMode
-        self.loop = ProcessLoop("pgqueuer")
+        super().__init__(path, profile)  # the loop: after the imports, which may fail
 
     async def connect(self) -> Any:
         return await self.asyncpg.connect(self.path)
 
-    def _new_client(self) -> Client:
-        if self._clients:
-            self.loop.share()  # a second harness thread: the loop needs one of its own
+    def _client(self) -> Client:
         return PgqueuerClient(self)
 
     def work(
@@ -372,12 +390,6 @@ class PgqueuerSide(Side):
             return False
         finally:
             await conn.close()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self.loop.close()
 
 
 PG_SIDE_CLASSES: dict[str, type[Side]] = {
