@@ -16,6 +16,7 @@ from ._errors import (
     OpenError,
     PoolTimeout,
     ReadOnlyError,
+    TransactionError,
     WriteTimeout,
 )
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
@@ -35,6 +36,7 @@ __all__ = [
     "OptimizeResult",
     "PoolTimeout",
     "ReadOnlyError",
+    "TransactionError",
     "VacuumResult",
     "WriteResult",
     "WriteTimeout",

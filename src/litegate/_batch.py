@@ -28,6 +28,7 @@ Outcomes:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sqlite3
 import threading
 import time
@@ -36,9 +37,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ._busy import is_busy
-from ._errors import ConfigError
+from ._errors import ConfigError, TransactionError
+from ._guard import RELEASE, ROLLBACK, ROLLBACK_TO, SAVEPOINT, WriterConnection
 from ._statements import TX, VACUUM
 from ._statements import kind as statement_kind
+from ._time import acquire_until, deadline_of
 
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
 
@@ -141,9 +144,9 @@ class GroupCommit:
 
     def __init__(
         self,
-        begin: Callable[[float | None], sqlite3.Connection],
-        end: Callable[[sqlite3.Connection, bool], None],
-        begin_again: Callable[[sqlite3.Connection, float | None], None],
+        begin: Callable[[float | None], WriterConnection],
+        end: Callable[[WriterConnection, bool], None],
+        begin_again: Callable[[WriterConnection, float | None], None],
         timeout_error: Callable[[float], BaseException],
         *,
         max_batch: int,
@@ -175,7 +178,7 @@ class GroupCommit:
     # -- callers ------------------------------------------------------------
     def run(self, req: Request, timeout: float) -> Request:
         """Submit from a thread that waits for the outcome; returns ``req`` done."""
-        deadline = time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         with self._mutex:
             self._pending.append(req)
             lead = not self._leading
@@ -189,7 +192,7 @@ class GroupCommit:
                 if req.state == _DONE:
                     return req
                 lead = False  # our request went to a batch someone else leads
-            got = req.wake.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            got = acquire_until(req.wake, deadline)
             with self._mutex:
                 state = req.state
                 if state == _LEAD:
@@ -309,9 +312,10 @@ class GroupCommit:
             return False
         what = statement_kind(r.sql)
         if what == TX:
-            r.error = ValueError(
-                "db.execute() runs one statement inside litegate's transaction; use "
-                "db.write() to control transactions yourself"
+            r.error = TransactionError(
+                f"db.execute() runs one statement inside litegate's own transaction, so it "
+                f"does not run {r.sql.strip()[:40]!r}; for several statements in one "
+                "transaction use db.write() or db.transact(fn)"
             )
             return True
         if what == VACUUM:
@@ -322,7 +326,7 @@ class GroupCommit:
             return True
         return False
 
-    def _run_alone(self, conn: sqlite3.Connection, r: Request) -> bool:
+    def _run_alone(self, conn: WriterConnection, r: Request) -> bool:
         """Run a lone plain statement in autocommit mode (the gate is held,
         no transaction is open). False if it must run in a transaction after
         all: ``executemany`` (its rows commit together), ``transact``
@@ -339,12 +343,12 @@ class GroupCommit:
             if is_busy(exc) and not conn.in_transaction:
                 r.result = None
                 return False
-            r.error = exc
+            r.error = conn.guard.typed(exc)
         except Exception as exc:
-            r.error = exc
+            r.error = conn.guard.typed(exc)
         return True
 
-    def _run_one(self, conn: sqlite3.Connection, r: Request, first: bool) -> None:
+    def _run_one(self, conn: WriterConnection, r: Request, first: bool) -> None:
         """Run one member; on failure set ``r.error`` and undo only its work
         (the caller checks whether SQLite dropped the whole transaction)."""
         if self._refused(r):
@@ -356,25 +360,36 @@ class GroupCommit:
             try:
                 self._execute(conn, r)
             except Exception as exc:
-                r.error = exc
+                r.error = conn.guard.typed(exc)
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    conn.control(ROLLBACK)
             return
-        conn.execute("SAVEPOINT litegate_member")
+        conn.control(SAVEPOINT)
         try:
             self._execute(conn, r)
         except Exception as exc:
-            r.error = exc
+            r.error = conn.guard.typed(exc)
             if conn.in_transaction:
-                conn.execute("ROLLBACK TO litegate_member")
-                conn.execute("RELEASE litegate_member")
+                conn.control(ROLLBACK_TO)
+                conn.control(RELEASE)
             return
-        conn.execute("RELEASE litegate_member")
+        conn.control(RELEASE)
 
     @staticmethod
-    def _execute(conn: sqlite3.Connection, r: Request) -> None:
+    def _execute(conn: WriterConnection, r: Request) -> None:
         if r.fn is not None:
-            r.value = r.fn(conn)
+            value = r.fn(conn)
+            if inspect.isawaitable(value):
+                # An async def fn (caught up front when it can be): it did not
+                # run, and it never will on this thread.
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise ConfigError(
+                    "db.transact() got a function that returned an awaitable: it runs fn "
+                    "synchronously on litegate's thread and cannot await it. Pass a plain "
+                    "(def) function of the connection"
+                )
+            r.value = value
             r.result = (0, None, [])
             return
         cur = conn.executemany(r.sql, r.params) if r.many else conn.execute(r.sql, r.params)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import sqlite3
+import stat
 import threading
 import time
 import weakref
@@ -29,9 +32,20 @@ from ._errors import (
 )
 from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork
+from ._guard import (
+    BEGIN,
+    COMMIT,
+    ROLLBACK,
+    ReaderConnection,
+    ReaderGuard,
+    WriterConnection,
+    close_connection,
+    is_denied,
+)
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PragmaValue
 from ._stats import WaitHistogram
+from ._time import seconds
 
 Params = Sequence[Any] | Mapping[str, Any]
 T = TypeVar("T")
@@ -90,8 +104,9 @@ class _ProcessState:
         self.pool: HandoffQueue[sqlite3.Connection] = HandoffQueue(
             db._readers, db._open_reader, fair=db.fair
         )
-        self.writer: sqlite3.Connection | None = None
+        self.writer: WriterConnection | None = None
         self.writer_owner: int | None = None  # thread ident holding the gate
+        self.writer_task: object = None  # the asyncio task inside async with db.write()
         self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
         self.connections: list[sqlite3.Connection] = []  # every connection we opened
         self.writer_pragmas: dict[str, object] = {}
@@ -201,11 +216,12 @@ class Database:
             drop_after_fork(conn, idle=id(conn) in safe)
 
     # -- opening connections ---------------------------------------------
-    def _open_writer(self, state: _ProcessState) -> sqlite3.Connection:
+    def _open_writer(self, state: _ProcessState) -> WriterConnection:
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=self.timeout if math.isfinite(self.timeout) else 3600.0,
+                factory=WriterConnection,
+                timeout=min(self.timeout, 3600.0),  # while setting up only
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=256,
@@ -227,11 +243,13 @@ class Database:
                     f"could not switch {self.path!r} to journal_mode={wanted} (it is {got!r}); "
                     "is the file or its directory read-only?"
                 )
+            # from here on, user code cannot end litegate's transactions
+            conn.guard_now(state.writer_pragmas)
         except sqlite3.Error as exc:
-            conn.close()
+            close_connection(conn)
             raise self._open_error(exc) from exc
         except BaseException:
-            conn.close()
+            close_connection(conn)
             raise
         state.connections.append(conn)
         return conn
@@ -241,10 +259,16 @@ class Database:
         assert state is not None
         uri = "file:" + quote(self.path, safe="/") + "?mode=ro"
         conn = sqlite3.connect(
-            uri, uri=True, isolation_level=None, check_same_thread=False, cached_statements=256
+            uri,
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+            factory=ReaderConnection,
         )
         try:
             in_force = _profiles.apply(conn, {**self._pragmas, "query_only": 1}, writer=False)
+            conn.guard_now()
         except BaseException:
             conn.close()
             raise
@@ -276,7 +300,7 @@ class Database:
 
     def _begin(
         self, timeout: float | None, *, begin: bool = True
-    ) -> tuple[_ProcessState, sqlite3.Connection]:
+    ) -> tuple[_ProcessState, WriterConnection]:
         state = self._process_state()
         me = threading.get_ident()
         if state.writer_owner == me:
@@ -290,12 +314,12 @@ class Database:
                     "outside the db.write() block"
                 )
             )
-        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        limit = self.timeout if timeout is None else seconds("timeout", timeout)
         return self._begin_for(state, me, limit, begin=begin)
 
     def _begin_for(
         self, state: _ProcessState, me: int, limit: float, *, begin: bool = True
-    ) -> tuple[_ProcessState, sqlite3.Connection]:
+    ) -> tuple[_ProcessState, WriterConnection]:
         """_begin with a limit already checked (the group-commit leader's).
         ``begin=False``: the gate only, no transaction (maintenance)."""
         start = time.monotonic()
@@ -316,15 +340,17 @@ class Database:
         return state, conn
 
     @contextmanager
-    def _exclusive(self, timeout: float | None) -> Iterator[sqlite3.Connection]:
+    def _exclusive(self, timeout: float | None) -> Iterator[WriterConnection]:
         """The write connection with the whole write gate held (this
         process's and the file's) and no transaction open: for what SQLite
         refuses inside a transaction (VACUUM, wal_checkpoint, optimize).
         Everything else that writes waits at the gate meanwhile."""
         state, conn = self._begin(timeout, begin=False)
+        conn.guard.own = True  # litegate's own maintenance (VACUUM begins internally)
         try:
             yield conn
         finally:
+            conn.guard.own = False
             self._end(state, conn, commit=False)
 
     def _after_gate(
@@ -334,7 +360,7 @@ class Database:
         deadline: float,
         limit: float,
         begin: bool = True,
-    ) -> sqlite3.Connection:
+    ) -> WriterConnection:
         """Steps 2 and 3 of the write path, the in-process gate already held:
         the cross-process queue, then BEGIN IMMEDIATE. Releases the gate on
         failure."""
@@ -362,10 +388,10 @@ class Database:
         return conn
 
     def _begin_immediate(
-        self, state: _ProcessState, conn: sqlite3.Connection, deadline: float, limit: float
+        self, state: _ProcessState, conn: WriterConnection, deadline: float, limit: float
     ) -> None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.control(BEGIN)
             return
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
@@ -379,7 +405,7 @@ class Database:
 
         state.busy_retries += 1
         try:
-            retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy, deadline, count_retry)
+            retry_busy(lambda: conn.control(BEGIN), self._busy, deadline, count_retry)
         except TimeoutError:
             raise WriteTimeout(
                 f"SQLite's write lock stayed taken for {limit:g} s by a writer outside litegate "
@@ -387,7 +413,7 @@ class Database:
             ) from None
 
     def _begin_again(
-        self, state: _ProcessState, conn: sqlite3.Connection, timeout: float | None = None
+        self, state: _ProcessState, conn: WriterConnection, timeout: float | None = None
     ) -> None:
         """BEGIN IMMEDIATE with the gate held (the group-commit leader's, or
         again after a rollback), within ``timeout`` (None: the default)."""
@@ -400,27 +426,28 @@ class Database:
             "raise timeout= or make write transactions shorter"
         )
 
-    def _end(self, state: _ProcessState, conn: sqlite3.Connection, commit: bool) -> None:
+    def _end(self, state: _ProcessState, conn: WriterConnection, commit: bool) -> None:
         try:
             if conn.in_transaction:
                 if commit:
                     try:
-                        conn.execute("COMMIT")
+                        conn.control(COMMIT)
                         state.committed += 1
                         state.filegate.committed()
                     except BaseException:
                         if conn.in_transaction:
-                            conn.execute("ROLLBACK")
+                            conn.control(ROLLBACK)
                         state.rolled_back += 1
                         raise
                 else:
-                    conn.execute("ROLLBACK")
+                    conn.control(ROLLBACK)
                     state.rolled_back += 1
             elif commit:  # one autocommit statement: it committed on its own
                 state.committed += 1
                 state.filegate.committed()
         finally:
             state.writer_owner = None
+            state.writer_task = None
             state.filegate.release()
             state.gate.release()
 
@@ -450,6 +477,7 @@ class Database:
         may be run again in a fresh one, so it must not depend on having run
         only once outside the database.
         """
+        check_transact_fn(fn)
         req = self._submit_request(Request("", (), False, fn=fn), timeout, "db.transact()")
         value: T = req.value
         return value
@@ -468,7 +496,7 @@ class Database:
                 f"{what} inside db.write() in the same thread would wait for itself; "
                 "use conn.execute() on the connection db.write() gave you"
             )
-        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        limit = self.timeout if timeout is None else seconds("timeout", timeout)
         state.batcher.run(req, limit)
         if req.error is not None:
             raise req.error
@@ -484,7 +512,7 @@ class Database:
 
     def _checkout(self, timeout: float | None) -> tuple[_ProcessState, sqlite3.Connection]:
         state = self._process_state()
-        limit = self.timeout if timeout is None else _positive("timeout", timeout)
+        limit = self.timeout if timeout is None else seconds("timeout", timeout)
         try:
             conn = state.pool.get(None if math.isinf(limit) else limit)
         except QueueTimeout:
@@ -522,9 +550,9 @@ class Database:
         """Run ``sql`` on a checked-out read connection, then check it back in."""
         try:
             return conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             if _is_read_only(exc):
-                raise _read_only(exc) from exc
+                raise _read_only(exc, conn) from exc
             raise
         finally:
             self._checkin(state, conn)
@@ -574,6 +602,7 @@ class Database:
             wal = 0
         pool = state.pool
         batches = state.batcher.sizes.summary()
+        self._refresh_writer_pragmas(state)
         return {
             "path": self.path,
             "pid": os.getpid(),
@@ -604,6 +633,24 @@ class Database:
             "connections": {"writer": int(state.writer is not None), "readers": pool.created},
             "wal_bytes": wal,
         }
+
+    def _refresh_writer_pragmas(self, state: _ProcessState) -> None:
+        """Read the writer's settings back again if anything set a PRAGMA on
+        it since it opened (its guard saw one prepared). Needs the gate: the
+        write connection is used by one thread at a time."""
+        conn = state.writer
+        if conn is None or not conn.guard.pragma_set:
+            return
+        if state.writer_owner == threading.get_ident():
+            self._read_pragmas_into(state, conn)
+        elif state.writer_owner is None or state.writer_owner > 0:  # not an asyncio task's
+            with self._exclusive(None) as held:
+                self._read_pragmas_into(state, held)
+
+    @staticmethod
+    def _read_pragmas_into(state: _ProcessState, conn: sqlite3.Connection) -> None:
+        for name in state.writer_pragmas:
+            state.writer_pragmas[name] = conn.execute(f"PRAGMA {name}").fetchone()[0]
 
     def __repr__(self) -> str:
         state = self._state
@@ -643,7 +690,7 @@ class Database:
     @staticmethod
     def _close_conn(state: _ProcessState, conn: sqlite3.Connection) -> None:
         try:
-            conn.close()
+            close_connection(conn)
         finally:
             if conn in state.connections:
                 state.connections.remove(conn)
@@ -655,12 +702,39 @@ class Database:
         self.close()
 
 
-def _is_read_only(exc: BaseException) -> TypeGuard[sqlite3.OperationalError]:
-    """True for SQLITE_READONLY: a write was tried on a read connection."""
-    return isinstance(exc, sqlite3.OperationalError) and _errcode(exc) == _SQLITE_READONLY
+def check_transact_fn(fn: object) -> None:
+    """``db.transact(fn)`` runs ``fn(conn)`` synchronously on a litegate thread:
+    refuse what could never run there, before it is queued."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
+    ):
+        raise ConfigError(
+            f"db.transact() got an async function ({getattr(target, '__name__', target)!r}); "
+            "it runs fn synchronously on litegate's thread and cannot await it. Pass a plain "
+            "(def) function of the connection; with litegate.aio, await db.transact(fn) with "
+            "such a function"
+        )
+    if not callable(fn):
+        raise ConfigError(
+            f"db.transact() needs a function of the write connection, got {fn!r}; e.g. "
+            "db.transact(lambda conn: conn.execute(...).rowcount)"
+        )
 
 
-def _read_only(exc: sqlite3.Error) -> ReadOnlyError:
+def _is_read_only(exc: BaseException) -> TypeGuard[sqlite3.DatabaseError]:
+    """True for SQLITE_READONLY, or a statement a read connection's guard
+    refused: a write (or a setting) was tried on a read connection."""
+    return isinstance(exc, sqlite3.DatabaseError) and (
+        _errcode(exc) == _SQLITE_READONLY or is_denied(exc)
+    )
+
+
+def _read_only(exc: sqlite3.Error, conn: sqlite3.Connection | None = None) -> ReadOnlyError:
+    guard = getattr(conn, "guard", None)
+    why = guard.take_denied() if isinstance(guard, ReaderGuard) else None
+    if why is not None:
+        return ReadOnlyError(f"{why}; nothing was changed")
     return ReadOnlyError(
         f"a read connection cannot write ({exc}); nothing was changed. Send writes through "
         "db.execute() or db.write()"
@@ -669,19 +743,25 @@ def _read_only(exc: sqlite3.Error) -> ReadOnlyError:
 
 class _WriteBlock:
     __slots__ = ("_conn", "_db", "_state", "_timeout")
+    _conn: WriterConnection
 
     def __init__(self, db: Database, timeout: float | None) -> None:
         self._db = db
         self._timeout = timeout
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> WriterConnection:
         self._state, self._conn = self._db._begin(self._timeout)
         return self._conn
 
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._db._end(self._state, self._conn, commit=et is None)
+        conn = self._conn
+        self._db._end(self._state, conn, commit=et is None)
+        if ev is not None:
+            typed = conn.guard.typed(ev)  # a COMMIT or PRAGMA the guard refused
+            if typed is not ev:
+                raise typed from ev
 
 
 class _ReadBlock:
@@ -705,12 +785,22 @@ class _ReadBlock:
     ) -> None:
         self._db._checkin(self._state, self._conn)
         if ev is not None and _is_read_only(ev):
-            raise _read_only(ev) from ev
+            raise _read_only(ev, self._conn) from ev
 
 
 def _check_path(path: str) -> None:
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
+    try:
+        is_dir = stat.S_ISDIR(os.stat(directory).st_mode)
+    except PermissionError:
+        raise OpenError(
+            f"directory {directory!r} cannot be reached by this process (permission denied on "
+            "it or on a folder above it); give this user access (x permission) to each folder "
+            "on the way"
+        ) from None
+    except OSError:
+        is_dir = False
+    if not is_dir:
         raise OpenError(
             f"directory {directory!r} does not exist; create it first (litegate creates the "
             "database file, not the folders above it)"
@@ -723,7 +813,19 @@ def _check_path(path: str) -> None:
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
         raise OpenError(
             f"{path!r} is read-only for this process; litegate writes to it. Make it writable "
-            "(chmod u+w) or work on a copy"
+            "for this user (chmod u+w, or g+w and a shared group) or work on a copy"
+        )
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:
+        links = 1
+    if links > 1:
+        # Each name would get its own -wal, -shm and gate: two logs for one
+        # file corrupt it (SQLite's "How To Corrupt", multiple links).
+        raise OpenError(
+            f"{path!r} has {links} hard links; SQLite names its -wal and -shm files after the "
+            "path, so two names for one database file corrupt it. Keep one name (remove the "
+            "other links) and use a symlink if you need a second path"
         )
     companions = [path + s for s in ("", "-wal", "-shm", "-litegate")]
     missing = [os.path.basename(p) for p in companions if not os.path.exists(p)]
@@ -734,7 +836,12 @@ def _check_path(path: str) -> None:
         )
     for p in companions[1:]:
         if os.path.exists(p) and not os.access(p, os.R_OK | os.W_OK):
-            raise OpenError(f"{p!r} is read-only for this process; litegate needs to write it")
+            raise OpenError(
+                f"{p!r} is read-only for this process, and every process that opens the "
+                "database writes it. Give this user write access to it as to the database "
+                f"(e.g. chmod g+w {p!r} with a shared group), or remove it while no process "
+                "uses the database: it is created again with the database file's permissions"
+            )
 
 
 def connect(
@@ -778,9 +885,18 @@ def connect(
     resolved = _profiles.resolve(profile, pragmas)
     busy_fn = get_strategy(busy)
     if timeout is None:
-        timeout = int(resolved.get("busy_timeout", 5000)) / 1000.0
-    timeout = float(_positive("timeout", timeout))
-    full = os.path.abspath(raw)
+        busy_ms = int(resolved.get("busy_timeout", 5000))
+        if busy_ms <= 0:
+            raise ConfigError(
+                "busy_timeout=0 would make every wait for the gate or a read connection fail "
+                "at once; give busy_timeout > 0 (milliseconds) or timeout= (seconds)"
+            )
+        timeout = busy_ms / 1000.0
+    timeout = seconds("timeout", timeout)
+    # One file, one gate, whatever path names it: a symlink and its target
+    # must queue on the same sidecar (SQLite itself follows the link for its
+    # -wal and -shm).
+    full = os.path.realpath(os.path.abspath(raw))
     _check_path(full)
     return Database(
         full,

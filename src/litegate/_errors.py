@@ -54,3 +54,13 @@ class NestedWriteError(Error, RuntimeError):
     Waiting would wait for itself forever, so litegate refuses at once. Run the
     inner statements on the connection the outer ``db.write()`` gave you.
     """
+
+
+class TransactionError(Error, ValueError):
+    """Code tried to control a transaction that litegate owns: ``BEGIN``,
+    ``COMMIT`` or ``ROLLBACK`` through ``db.execute()``, inside a
+    ``db.transact()`` function or a ``db.write()`` block, or closing the
+    write connection. Nothing of it ran; litegate commits when the block or
+    function returns and rolls back on an exception.
+
+    Also a ``ValueError`` (what ``db.execute("BEGIN")`` raised before)."""

@@ -21,6 +21,7 @@ resource (a connection) happens outside it.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ._stats import WaitHistogram
+from ._time import FOREVER, acquire_until
 
 T = TypeVar("T")
 
@@ -170,13 +172,10 @@ class HandoffQueue(Generic[T]):
 
     def _wait(self, waiter: _Waiter, timeout: float | None) -> T:
         start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
+        deadline = math.inf if timeout is None or timeout >= FOREVER else start + timeout
         while True:
             try:
-                if deadline is None:
-                    waiter.wake.acquire()
-                else:
-                    waiter.wake.acquire(timeout=max(0.0, deadline - time.monotonic()))
+                acquire_until(waiter.wake, deadline)
             except BaseException:
                 # Interrupted (KeyboardInterrupt): leave the queue cleanly; if
                 # a resource reached us meanwhile, pass it on.
@@ -198,7 +197,7 @@ class HandoffQueue(Generic[T]):
                     self._waiters.append(waiter)  # lost the race: back of the line
                     continue
                 if state == _WAITING:
-                    if deadline is not None and time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline:
                         self._waiters.remove(waiter)
                         self.histogram.record_timeout()
                         raise QueueTimeout

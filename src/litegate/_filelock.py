@@ -36,12 +36,15 @@ ABANDONED and leaves. Only one thread per :class:`ProcessLock` calls
 from __future__ import annotations
 
 import fcntl
+import math
 import mmap
 import os
 import queue
 import struct
 import threading
 import time
+
+from ._time import FOREVER, acquire_until
 
 SLOTS = 4096
 _MAGIC = b"LGTQ0001"
@@ -52,6 +55,7 @@ _MUTEX = 0
 _SLOT_LOCK_BASE = 1 << 32  # lock-only offsets past the data; they need no bytes
 
 WAITING, HOLDING, DONE, ABANDONED = 1, 2, 3, 4
+_TICKET_LIMIT = 1 << 62  # a counter at or past this was not written by litegate
 
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
 _SETLKW: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
@@ -117,10 +121,30 @@ class _Job:
         self.abandoned = False
 
 
+def _open_like(path: str, like: str | None) -> int:
+    """Open (or create) the lock file. A new one gets the permissions of the
+    file ``like`` (the database), as SQLite does for its -wal and -shm: a
+    group-writable database gets a group-writable sidecar, so every user who
+    may write the database may queue for it; as root, also its owner."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    if like is not None:
+        try:
+            st = os.stat(like)
+            os.fchmod(fd, st.st_mode & 0o666)
+            if os.geteuid() == 0:
+                os.fchown(fd, st.st_uid, st.st_gid)
+        except OSError:
+            pass  # best effort: the database may not exist yet
+    return fd
+
+
 class ProcessLock:
-    def __init__(self, path: str, mode: int = 0o644) -> None:
+    def __init__(self, path: str, like: str | None = None) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+        self._fd = _open_like(path, like)
         try:
             self._map = self._map_table()
         except BaseException:
@@ -147,6 +171,10 @@ class ProcessLock:
             elif magic != _MAGIC:
                 table.close()
                 raise OSError(f"its first bytes are {bytes(magic)!r}, not litegate's")
+            nxt = int(struct.unpack_from("<Q", table, 8)[0])
+            if nxt >= _TICKET_LIMIT:  # no writer takes 2**62 tickets: a damaged file
+                table.close()
+                raise OSError(f"its ticket counter reads {nxt}, which litegate never writes")
             return table
         finally:
             fcntl.fcntl(self._fd, _SETLK, _MUTEX_UNLOCK)
@@ -163,7 +191,7 @@ class ProcessLock:
         """True once held; False if ``timeout`` seconds passed first."""
         if self._closed:
             raise ValueError("ProcessLock is closed")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or timeout >= FOREVER else time.monotonic() + timeout
         t = self._take_ticket()
         try:
             return self._wait_turn(t, deadline)
@@ -258,10 +286,7 @@ class ProcessLock:
             ).start()
         self._jobs.put(job)
         try:
-            if deadline is None:
-                job.done.acquire()
-            else:
-                job.done.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            acquire_until(job.done, math.inf if deadline is None else deadline)
         except BaseException:
             with self._mutex:
                 job.abandoned = True

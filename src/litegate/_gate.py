@@ -33,6 +33,7 @@ from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError, OpenError
 from ._fair import FairLock, QueueClosed
 from ._filelock import ProcessLock
+from ._guard import close_connection
 
 _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
@@ -54,16 +55,54 @@ def drop_after_fork(conn: sqlite3.Connection, idle: bool) -> None:
     """
     if idle:
         try:
-            conn.close()
+            close_connection(conn)
             return
         except sqlite3.Error:
             pass
     _FORK_ORPHANS.append(conn)
 
 
+# How long fork() waits for another thread's write transaction to end.
+FORK_WAIT_SECONDS = 5.0
+_HELD_FOR_FORK: list[FileGate] = []
+
+
+def _before_fork() -> None:
+    """Let no write transaction of another thread straddle a fork().
+
+    A child gets a copy of every connection, and SQLite keeps its per-file
+    lock bookkeeping in process memory: the copy of a write connection in the
+    middle of a transaction would make the child believe, forever, that the
+    file's write lock is taken (no write could ever succeed in the child, not
+    even with plain sqlite3). So fork() takes every file's in-process gate
+    first, as a writer would, waiting up to FORK_WAIT_SECONDS for a running
+    transaction to end; the parent gives the gates back right after the fork,
+    and in the child the copies are idle and can be closed. A gate the forking
+    thread holds itself (fork() inside db.write()) is left alone."""
+    with _REGISTRY_LOCK:
+        gates = list(_REGISTRY.values())
+    me = threading.get_ident()
+    for gate in gates:
+        if gate.owner == me:
+            continue
+        try:
+            if gate.lock.acquire(FORK_WAIT_SECONDS):
+                _HELD_FOR_FORK.append(gate)
+        except QueueClosed:  # pragma: no cover - the shared lock is never closed
+            pass
+
+
+def _after_fork_in_parent() -> None:
+    held = list(_HELD_FOR_FORK)
+    _HELD_FOR_FORK.clear()
+    for gate in held:
+        gate.lock.release()
+
+
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
+    _HELD_FOR_FORK.clear()
     for gate in list(_REGISTRY.values()):
         gate.plock.forget_after_fork()
         ckpt, gate._ckpt = gate._ckpt, None
@@ -76,7 +115,11 @@ _FORK_ORPHANS: list[sqlite3.Connection] = []
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
 class FileGate:
@@ -85,7 +128,8 @@ class FileGate:
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = FairLock()  # connections of this process, in arrival order
-        self.plock = ProcessLock(path + "-litegate")  # processes, in ticket order
+        # processes, in ticket order; a new sidecar gets the database's permissions
+        self.plock = ProcessLock(path + "-litegate", like=path)
         self.owner: int | None = None  # thread ident holding it (for nesting checks)
         self._users = 0
         self._ckpt: Checkpointer | None = None
@@ -93,7 +137,9 @@ class FileGate:
 
     @classmethod
     def open(cls, path: str) -> FileGate:
-        """The gate of ``path`` (an absolute path) in this process."""
+        """The gate of ``path`` in this process. One file has one gate
+        whatever path names it: symlinks are resolved first."""
+        path = os.path.realpath(path)
         with _REGISTRY_LOCK:
             gate = _REGISTRY.get(path)
             if gate is not None:

@@ -18,11 +18,26 @@ _SEEN: dict[str, str] = {}
 _MEMO_LIMIT = 4096  # statements repeat; a bounded memo is enough
 
 
+def _skip_comments(sql: str) -> str:
+    """``sql`` without the whitespace and comments SQLite skips before the
+    first keyword (``/* ... */`` and ``-- ...``): "/*c*/ BEGIN" is a BEGIN."""
+    text = sql.lstrip()
+    while True:
+        if text.startswith("--"):
+            end = text.find("\n")
+            text = "" if end < 0 else text[end + 1 :].lstrip()
+        elif text.startswith("/*"):
+            end = text.find("*/")
+            text = "" if end < 0 else text[end + 2 :].lstrip()
+        else:
+            return text
+
+
 def kind(sql: str) -> str:
     """``TX``, ``VACUUM``, ``READ`` or ``WRITE``."""
     known = _SEEN.get(sql)
     if known is None:
-        head = sql.lstrip()[:9].upper()
+        head = _skip_comments(sql)[:9].upper()
         if head.startswith(TX_CONTROL):
             known = TX
         elif head.startswith("VACUUM"):

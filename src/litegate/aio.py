@@ -50,13 +50,15 @@ from ._database import (
     Params,
     WriteResult,
     _is_read_only,
-    _positive,
     _read_only,
+    check_transact_fn,
 )
 from ._database import connect as _connect
-from ._errors import Closed, PoolTimeout, WriteTimeout
+from ._errors import Closed, NestedWriteError, PoolTimeout, WriteTimeout
 from ._fair import CREATE, QUEUED, HandoffQueue, QueueClosed
+from ._guard import WriterConnection
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
+from ._time import seconds
 
 __all__ = ["AsyncDatabase", "connect"]
 
@@ -172,7 +174,7 @@ class AsyncDatabase:
             raise Closed(f"database {self.sync.path!r} is closed") from None
 
     def _limit(self, timeout: float | None) -> float:
-        return self.sync.timeout if timeout is None else float(_positive("timeout", timeout))
+        return self.sync.timeout if timeout is None else seconds("timeout", timeout)
 
     # -- reads ----------------------------------------------------------------
     async def query(
@@ -215,6 +217,7 @@ class AsyncDatabase:
         """``fn(conn)`` as one member of the next group commit (see
         :meth:`litegate.Database.transact`); its value once COMMIT is done.
         ``fn`` runs on a litegate thread, never on the event loop."""
+        check_transact_fn(fn)
         req = await self._submit_request("", (), False, timeout, fn)
         value: T = req.value
         return value
@@ -235,6 +238,7 @@ class AsyncDatabase:
         fn: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> Request:
         state = self.sync._process_state()
+        _refuse_nested(state, "await db.transact()" if fn is not None else "await db.execute()")
         limit = self._limit(timeout)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
@@ -345,6 +349,7 @@ class _AsyncWrite(_AsyncBlock):
     async def __aenter__(self) -> _Tx:
         adb, db = self._adb, self._adb.sync
         state = db._process_state()
+        _refuse_nested(state, "async with db.write()")
         limit = adb._limit(self._timeout)
         loop = asyncio.get_running_loop()
         start = time.monotonic()
@@ -353,11 +358,12 @@ class _AsyncWrite(_AsyncBlock):
         # IMMEDIATE may block, so they run on a thread.
         work = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
 
-        def give_back(conn: sqlite3.Connection) -> None:  # cancelled meanwhile
+        def give_back(conn: WriterConnection) -> None:  # cancelled meanwhile
             adb._pool.submit(db._end, state, conn, False)
 
         conn = await _finish_even_if_cancelled(work, give_back)
         state.writer_owner = _ASYNC_OWNER
+        state.writer_task = asyncio.current_task()
         self._state, self._conn = state, conn
         return _Tx(adb, conn)
 
@@ -392,7 +398,17 @@ class _AsyncRead(_AsyncBlock):
             self._adb._run(self._adb.sync._checkin, self._state, self._conn)
         )
         if ev is not None and _is_read_only(ev):
-            raise _read_only(ev) from ev
+            raise _read_only(ev, self._conn) from ev
+
+
+def _refuse_nested(state: Any, what: str) -> None:
+    """A task inside ``async with db.write()`` that asks for the gate again
+    would wait for itself: refuse at once, as the sync face does."""
+    if state.writer_owner == _ASYNC_OWNER and state.writer_task is asyncio.current_task():
+        raise NestedWriteError(
+            f"{what} inside async with db.write() in the same task would wait for itself; "
+            "use await tx.execute() on the tx the enclosing block gave you"
+        )
 
 
 async def _finish_even_if_cancelled(

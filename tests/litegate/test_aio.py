@@ -170,11 +170,24 @@ def test_timeouts(db_path: str) -> None:
         db = await litegate.aio.connect(db_path, readers=1)
         await db.execute("CREATE TABLE t(v)")
         async with db.write():
+            # another task waits for the block, and times out ...
             with pytest.raises(litegate.WriteTimeout):
-                await db.execute("INSERT INTO t VALUES (1)", timeout=0.05)
-            with pytest.raises(litegate.WriteTimeout):
+                await asyncio.create_task(db.execute("INSERT INTO t VALUES (1)", timeout=0.05))
+
+            async def nested_block() -> None:
                 async with db.write(timeout=0.05):
                     pass
+
+            with pytest.raises(litegate.WriteTimeout):
+                await asyncio.create_task(nested_block())
+            # ... while the task inside the block would wait for itself: refused at once
+            with pytest.raises(litegate.NestedWriteError, match=r"tx\.execute"):
+                await db.execute("INSERT INTO t VALUES (1)", timeout=1e12)
+            with pytest.raises(litegate.NestedWriteError):
+                async with db.write():
+                    pass
+            with pytest.raises(litegate.NestedWriteError):
+                await db.transact(lambda c: None)
         async with db.read():
             with pytest.raises(litegate.PoolTimeout):
                 await db.query("SELECT 1", timeout=0.05)
@@ -257,4 +270,4 @@ def test_same_behaviour_sync_and_async(tmp_path: Any) -> None:
     assert sync_out == async_out
     assert sync_out[1] is sqlite3.IntegrityError
     assert sync_out[4] is litegate.ReadOnlyError
-    assert sync_out[5] is ValueError
+    assert sync_out[5] is litegate.TransactionError

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import litegate
+from litegate import _guard
 from tests.conftest import wait_until
 
 
@@ -155,9 +156,11 @@ def test_disk_full_statement_fails_only_its_member(db_path: str) -> None:
 
 
 def test_transaction_control_is_refused(gdb: litegate.Database) -> None:
-    for sql in ("COMMIT", "  begin", "ROLLBACK", "savepoint x", "RELEASE x", "END"):
-        with pytest.raises(ValueError, match=r"use db\.write"):
+    for sql in ("COMMIT", "  begin", "ROLLBACK", "savepoint x", "RELEASE x", "END", "/*c*/ BEGIN",
+                "-- note\nBEGIN", "/* a */ /* b */ commit"):  # fmt: skip
+        with pytest.raises(litegate.TransactionError, match=r"use db\.write\(\) or db\.transact"):
             gdb.execute(sql)
+    assert issubclass(litegate.TransactionError, ValueError)  # what it raised before
     gdb.execute("INSERT INTO t(v) VALUES ('fine')")
     assert values(gdb) == ["fine"]
 
@@ -355,7 +358,7 @@ def test_a_lone_statement_runs_in_autocommit_and_is_counted(db: litegate.Databas
     finally:
         writer.set_trace_callback(None)
     assert lone == ["INSERT INTO t(v) VALUES (1)"]
-    assert many[0] == "BEGIN IMMEDIATE"
-    assert many[-1] == "COMMIT"
+    assert many[0] == _guard.BEGIN
+    assert many[-1] == _guard.COMMIT
     assert db.stats()["writes"]["committed"] == before + 2
     assert db.query("SELECT v FROM t ORDER BY id") == [(1,), (2,), (3,)]

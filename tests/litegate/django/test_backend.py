@@ -295,7 +295,8 @@ def test_gunicorn_preload_workers_share_the_gate(tmp_path: Any) -> None:
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        wait_until(lambda: os.path.exists(sock) or server.poll() is not None, 30, "gunicorn")
+        # the socket file appears at bind(), a moment before listen(): wait until it answers
+        wait_until(lambda: _accepts(sock) or server.poll() is not None, 30, "gunicorn")
         assert server.poll() is None, server.stdout.read() if server.stdout else ""
         answers: list[tuple[int, str]] = []
         lock = threading.Lock()
@@ -318,6 +319,17 @@ def test_gunicorn_preload_workers_share_the_gate(tmp_path: Any) -> None:
     assert len({body.split()[0] for _, body in answers}) >= 2  # several workers served
     assert Counter.objects.get(name="c").n == 120
     assert server.returncode == 0, out
+
+
+def _accepts(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return True
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
