@@ -19,6 +19,7 @@ from ._errors import (
     TransactionError,
     WriteTimeout,
 )
+from ._fair import Budget as Bounded
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PROFILES
 
@@ -26,6 +27,7 @@ __all__ = [
     "BUSY_STRATEGIES",
     "PROFILES",
     "BackupResult",
+    "Bounded",
     "CheckpointResult",
     "Closed",
     "ConfigError",

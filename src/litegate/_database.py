@@ -30,7 +30,7 @@ from ._errors import (
     ReadOnlyError,
     WriteTimeout,
 )
-from ._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
+from ._fair import BOUNDED, STRICT, UNFAIR, Budget, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork
 from ._guard import (
     BEGIN,
@@ -86,6 +86,45 @@ def _positive(name: str, value: object, *, integer: bool = False) -> Any:
     return value
 
 
+Fairness = bool | str | Budget
+
+
+def budget_of(fair: object) -> Budget:
+    """The gate's budget for ``connect(fair=...)``."""
+    if isinstance(fair, Budget):
+        k, t = fair
+        if (
+            isinstance(k, bool)
+            or not isinstance(k, (int, float))
+            or not isinstance(t, (int, float))
+            or math.isnan(k)
+            or math.isnan(t)
+            or k < 0
+            or t < 0
+        ):
+            raise ConfigError(
+                f"fair=Bounded(overtakes, seconds) takes two numbers >= 0 (inf: no bound), "
+                f"got {fair!r}"
+            )
+        return Budget(float(k), float(t))
+    if fair is True:
+        return BOUNDED
+    if fair is False:
+        return UNFAIR
+    if fair == "strict":
+        return STRICT
+    raise ConfigError(
+        f"fair must be True (bounded fairness), 'strict', False or "
+        f"litegate.Bounded(overtakes, seconds), got {fair!r}"
+    )
+
+
+def _policy_name(fair: object) -> str:
+    if isinstance(fair, Budget):
+        return f"bounded({fair.overtakes:g}, {fair.seconds:g} s)"
+    return {True: "bounded", False: "unfair", "strict": "strict"}.get(fair, "?")
+
+
 def _errcode(exc: BaseException) -> int:
     return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
 
@@ -96,15 +135,21 @@ class _ProcessState:
 
     def __init__(self, db: Database) -> None:
         self.gate_wait = WaitHistogram()  # request -> BEGIN IMMEDIATE done
-        self.gate = FairLock(fair=db.fair)  # in-process FIFO in front of the process lock
         # This file's gate in this process, shared with every other Database
-        # (and Django connection) on it: one line in the process, one ticket
-        # at a time across processes.
+        # (and Django connection) on it: one line in the process, and this
+        # process's turns across processes. Our callers bring our budget.
         self.filegate = FileGate.open(db.path)
+        self.budget = db.budget
         self.pool: HandoffQueue[sqlite3.Connection] = HandoffQueue(
-            db._readers, db._open_reader, fair=db.fair
+            db._readers, db._open_reader, fair=db.fair is not False
         )
         self.writer: WriterConnection | None = None
+        # The writer is in use from gate to release; close() closes it when
+        # that ends. Guarded by writer_mutex (no I/O under it).
+        self.writer_mutex = threading.Lock()
+        self.writer_in_use = False
+        self.closing = False
+        self.gate_open = True  # our use of the FileGate, given back once
         self.writer_owner: int | None = None  # thread ident holding the gate
         self.writer_task: object = None  # the asyncio task inside async with db.write()
         self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
@@ -150,11 +195,12 @@ class Database:
         timeout: float,
         pragmas: dict[str, PragmaValue],
         busy: tuple[str, BusyStrategy],
-        fair: bool = True,
+        fair: Fairness = True,
         checkpoints: bool = True,
     ) -> None:
         self.path = path
         self.fair = fair
+        self.budget = budget_of(fair)
         self.checkpoints = checkpoints
         # With litegate's checkpointer, the profile's wal_autocheckpoint (in
         # pages) becomes the number of commits between background checkpoints,
@@ -325,15 +371,17 @@ class Database:
         start = time.monotonic()
         deadline = start + limit
         wait = None if math.isinf(limit) else limit
+        gate = state.filegate
         try:
-            got = state.gate.acquire(wait)
+            got = gate.acquire(wait, state.budget, self)
         except QueueClosed:
             raise Closed(f"database {self.path!r} was closed while waiting to write") from None
         if not got:
             state.gate_wait.record_timeout()
             raise WriteTimeout(
-                f"no write gate within {limit:g} s: {state.gate.waiting} more writers of this "
-                "process are queued; raise timeout= or make write transactions shorter"
+                f"no write gate within {limit:g} s ({gate.waiting} more writers of this "
+                "process are queued; a writer of another process may hold it: litegate top "
+                "shows who); raise timeout= or make write transactions shorter"
             )
         conn = self._after_gate(state, start, deadline, limit, begin)
         state.writer_owner = me
@@ -361,31 +409,51 @@ class Database:
         limit: float,
         begin: bool = True,
     ) -> WriterConnection:
-        """Steps 2 and 3 of the write path, the in-process gate already held:
-        the cross-process queue, then BEGIN IMMEDIATE. Releases the gate on
-        failure."""
+        """The gate is held: claim the write connection and run BEGIN
+        IMMEDIATE. Releases the gate on failure."""
         try:
-            remaining = None if math.isinf(limit) else deadline - time.monotonic()
-            if not state.filegate.acquire(remaining):
-                raise WriteTimeout(
-                    f"no write gate within {limit:g} s: another process holds it; raise "
-                    "timeout= or make write transactions shorter"
-                )
-            try:
+            with state.writer_mutex:
                 conn = state.writer
-                if conn is None:
+                if conn is None or state.closing:
                     raise Closed(f"database {self.path!r} is closed")
-                if begin:
-                    self._begin_immediate(state, conn, deadline, limit)
-            except BaseException:
-                state.filegate.release()
-                raise
+                state.writer_in_use = True
+            if begin:
+                self._begin_immediate(state, conn, deadline, limit)
         except BaseException:
             state.gate_wait.record_timeout()
-            state.gate.release()
+            self._release(state)
             raise
         state.gate_wait.record_exclusive(time.monotonic() - start)  # we hold the gate
         return conn
+
+    def _gate_from_loop(self, state: _ProcessState, start: float, limit: float) -> WriterConnection:
+        """asyncio's second half of taking the gate: the in-process lock was
+        claimed on the event loop; take the cross-process gate (which may
+        block, so this runs on a thread), then the writer and BEGIN."""
+        deadline = start + limit
+        left = None if math.isinf(limit) else max(0.0, deadline - time.monotonic())
+        if not state.filegate.hold_across_processes(left, state.budget):
+            state.gate_wait.record_timeout()
+            raise WriteTimeout(
+                f"no write gate within {limit:g} s: a writer of another process held it; raise "
+                "timeout= or make write transactions shorter"
+            )
+        return self._after_gate(state, start, deadline, limit)
+
+    def _release(self, state: _ProcessState) -> None:
+        """The write connection is free again and the gate goes back; a
+        close() that came meanwhile closes the connection once the gate is
+        given back (this Database's other callers see ``closing`` first)."""
+        state.writer_owner = None
+        state.writer_task = None
+        with state.writer_mutex:
+            state.writer_in_use = False
+            close = state.closing and state.writer is not None
+        try:
+            state.filegate.release()
+        finally:
+            if close:
+                self._close_writer(state)
 
     def _begin_immediate(
         self, state: _ProcessState, conn: WriterConnection, deadline: float, limit: float
@@ -446,10 +514,7 @@ class Database:
                 state.committed += 1
                 state.filegate.committed()
         finally:
-            state.writer_owner = None
-            state.writer_task = None
-            state.filegate.release()
-            state.gate.release()
+            self._release(state)
 
     def execute(
         self, sql: str, params: Params = (), *, timeout: float | None = None
@@ -612,8 +677,12 @@ class Database:
             "pragmas": {"writer": dict(state.writer_pragmas), "readers": state.reader_pragmas},
             "gate": {
                 **state.gate_wait.summary(),
-                "held": state.gate.locked,
-                "waiting": state.gate.waiting,
+                "held": state.writer_in_use,
+                "waiting": state.filegate.waiting,
+                "policy": _policy_name(self.fair),
+                "barged": state.filegate.lock.barged + state.filegate.plock.barged,
+                "handoffs": state.filegate.lock.handoffs + state.filegate.plock.handoffs,
+                "cohort_passes": state.filegate.cohort_passes,
                 "cross_process_waits": state.filegate.plock.contended,
             },
             "pool": {
@@ -657,8 +726,8 @@ class Database:
         if self._closed or state is None:
             return f"<litegate.Database {self.path!r} {'closed' if self._closed else 'idle'}>"
         return (
-            f"<litegate.Database {self.path!r} gate={'held' if state.gate.locked else 'free'} "
-            f"writers_waiting={state.gate.waiting} readers={state.pool.in_use}/"
+            f"<litegate.Database {self.path!r} gate={'held' if state.writer_in_use else 'free'} "
+            f"writers_waiting={state.filegate.waiting} readers={state.pool.in_use}/"
             f"{state.pool.capacity} readers_waiting={state.pool.waiting}>"
         )
 
@@ -679,13 +748,23 @@ class Database:
             return
         state.batcher.close()
         state.pool.close(on_idle=lambda conn: self._close_conn(state, conn))
-        state.gate.close(lambda _token: self._close_writer(state))
+        state.filegate.lock.close_waiters(self)  # our callers in line get Closed
+        with state.writer_mutex:
+            state.closing = True
+            busy = state.writer_in_use
+        if not busy:  # else the transaction in progress closes it when it ends
+            self._close_writer(state)
 
     def _close_writer(self, state: _ProcessState) -> None:
-        if state.writer is not None:
-            self._close_conn(state, state.writer)
-            state.writer = None
-        state.filegate.close()
+        with state.writer_mutex:
+            conn, state.writer = state.writer, None
+            gate_open, state.gate_open = state.gate_open, False
+        try:
+            if conn is not None:
+                self._close_conn(state, conn)
+        finally:
+            if gate_open:
+                state.filegate.close()
 
     @staticmethod
     def _close_conn(state: _ProcessState, conn: sqlite3.Connection) -> None:
@@ -852,7 +931,7 @@ def connect(
     timeout: float | None = None,
     pragmas: Mapping[str, PragmaValue | None] | None = None,
     busy: str | BusyStrategy = "constant",
-    fair: bool = True,
+    fair: Fairness = True,
     checkpoints: bool = True,
 ) -> Database:
     """Open (or create) the SQLite file at ``path`` for fair concurrent use.
@@ -866,9 +945,13 @@ def connect(
     - ``busy``: strategy against writers that bypass litegate, by name
       (``constant``, ``backoff``, ``jitter``, ``ceiling``, ``reversed``,
       ``sqlite-default``) or a function of the retry count returning seconds.
-    - ``fair``: leave True. False lets newcomers barge past waiting threads
-      (seed 001's "unfair" queue); it exists so the lab can measure what
-      fairness buys.
+    - ``fair``: the write gate's policy. True (bounded fairness, the
+      default): sleepers in arrival order, a running writer may take a free
+      gate, and a head waiter gets it handed over once overtaken 16 times or
+      after 2 ms; ``litegate.Bounded(overtakes, seconds)`` sets those two.
+      ``"strict"``: strict FIFO with direct hand-off for every transaction.
+      False: unbounded barging. The reader pool is strict FIFO unless
+      ``fair=False``.
     - ``checkpoints``: run WAL checkpoints on a background thread (the
       default) instead of inside the COMMIT that crosses SQLite's
       auto-checkpoint threshold.
@@ -882,6 +965,7 @@ def connect(
             "filesystem path (a temporary file works for tests)"
         )
     readers = _positive("readers", readers, integer=True)
+    budget_of(fair)  # a bad policy fails here, before anything is opened
     resolved = _profiles.resolve(profile, pragmas)
     busy_fn = get_strategy(busy)
     if timeout is None:
@@ -905,6 +989,6 @@ def connect(
         timeout=timeout,
         pragmas=resolved,
         busy=busy_fn,
-        fair=bool(fair),
+        fair=fair,
         checkpoints=bool(checkpoints),
     )

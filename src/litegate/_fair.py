@@ -1,8 +1,12 @@
-"""Fair hand-off of a bounded set of resources between threads.
+"""Fair hand-off between threads: the reader pool and the in-process gate.
 
-One primitive serves every lock-like thing in litegate: the in-process write
-gate is a :class:`HandoffQueue` of capacity one, the reader pool one of
-capacity ``readers``.
+:class:`HandoffQueue` hands a bounded set of resources (the reader pool's
+connections) to waiters in strict arrival order. :class:`FairLock`, the
+in-process half of the write gate, is a mutex with bounded fairness: its
+sleepers are granted in arrival order, a running thread may take it while it
+is free, and the waiter at the head of the line gets it handed over once it
+has been overtaken ``Budget.overtakes`` times or has waited
+``Budget.seconds`` (see FairLock).
 
 The guarantee (``fair=True``): resources go to waiters in strict arrival
 order. On release the resource is handed straight to the longest waiter (it
@@ -26,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from ._stats import WaitHistogram
 from ._time import FOREVER, acquire_until
@@ -331,48 +335,343 @@ class HandoffQueue(Generic[T]):
             self._discard(item)
 
 
-class FairLock:
-    """A mutex with the :class:`HandoffQueue` guarantee: strict FIFO,
-    direct hand-off, no barging."""
+# FairLock's clock (a test replaces it with a fake one to check the budget
+# bookkeeping deterministically).
+_now = time.monotonic
 
-    def __init__(self, *, fair: bool = True, histogram: WaitHistogram | None = None) -> None:
-        self._q: HandoffQueue[bool] = HandoffQueue(1, lambda: True, fair=fair, histogram=histogram)
-        # Create the single token now so close() always finds it (idle or on loan).
-        self._q.put(self._q.get(0))
-        self._q.histogram.immediate = 0
 
-    def acquire(self, timeout: float | None = None) -> bool:
-        """True when acquired; False on timeout. Raises QueueClosed if closed."""
-        try:
-            self._q.get(timeout)
-        except QueueTimeout:
-            return False
-        return True
+class Budget(NamedTuple):
+    """How far a head waiter may be overtaken before the lock is handed to it:
+    after ``overtakes`` later arrivals took the lock past it, or once it has
+    waited ``seconds`` at the head, whichever comes first. ``inf`` in both:
+    no bound (``fair=False``); 0 in both: strict FIFO (``fair="strict"``)."""
 
-    def release(self) -> None:
-        self._q.put(True)
+    overtakes: float
+    seconds: float
 
-    def close(self, on_idle: Callable[[bool], None] | None = None) -> None:
-        """Wake every waiter with QueueClosed; ``on_idle`` runs once the lock
-        is free (now, or when its holder releases it)."""
-        self._q.close(on_idle)
+    def spent(self, overtaken: int, waited: float) -> bool:
+        return overtaken >= self.overtakes or waited >= self.seconds
 
     @property
+    def barges(self) -> bool:
+        """A caller with this budget may take a free lock past waiters."""
+        return self.overtakes > 0
+
+
+STRICT = Budget(0, 0.0)
+UNFAIR = Budget(math.inf, math.inf)
+# The defaults of fair=True, chosen by measurement (README, "Fair order").
+BOUNDED = Budget(16, 0.002)
+
+
+_W_WAITING, _W_WOKEN, _W_GRANTED, _W_CLOSED = range(4)
+
+
+class _LockWaiter:
+    """A caller queued on a FairLock: a thread sleeping on ``wake`` or, with
+    ``notify``, an event-loop task that is told and then calls claim()."""
+
+    __slots__ = ("budget", "head_since", "notify", "overtaken", "started", "state", "tag", "wake")
+
+    def __init__(self, budget: Budget, tag: object, notify: Callable[[], None] | None) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released once per signal, by whoever signals
+        self.state = _W_WAITING
+        self.budget = budget
+        self.tag = tag
+        self.notify = notify
+        self.started = _now()
+        self.head_since = self.started
+        self.overtaken = 0
+
+    def signal(self) -> None:
+        # After the lock's mutex is released: notify() may do I/O.
+        if self.notify is None:
+            self.wake.release()
+        else:
+            self.notify()
+
+
+class FairLock:
+    """A mutex with bounded fairness, for threads and event-loop tasks.
+
+    - Sleeping waiters are granted in arrival order.
+    - A release makes the lock free and wakes only the head waiter, with at
+      most one woken-not-yet-running waiter at a time; a running thread (the
+      releaser included) may take a free lock, and a woken head that finds it
+      taken again keeps its place at the head.
+    - Each head waiter has a :class:`Budget`: once it has been overtaken
+      ``overtakes`` times or has waited ``seconds`` at the head, the next
+      release hands the lock straight to it (it never becomes free), and
+      newcomers queue behind it meanwhile. Barging resumes after that one
+      grant: nothing is sticky.
+
+    So a waiter with p waiters ahead of it is overtaken by at most
+    ``overtakes * (p + 1)`` later arrivals, and once at the head waits at most
+    one budget plus one holder's turn. ``Budget(0, 0)`` is strict FIFO with
+    direct hand-off; ``Budget(inf, inf)`` never hands off.
+
+    Each caller may bring its own budget (a waiter keeps the one it came
+    with). State changes under one short mutex that never does I/O.
+    ``on_vacant`` is called (outside the mutex) whenever the lock is left free
+    with nobody queued, e.g. when the last waiter gave up.
+    """
+
+    def __init__(
+        self,
+        budget: Budget = BOUNDED,
+        *,
+        histogram: WaitHistogram | None = None,
+        on_vacant: Callable[[], None] | None = None,
+    ) -> None:
+        self.budget = budget
+        self.histogram = histogram if histogram is not None else WaitHistogram()
+        self._on_vacant = on_vacant
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: deque[_LockWaiter] = deque()
+        self._woken: _LockWaiter | None = None  # told the lock is free, not yet run
+        self._closed = False
+        self._on_idle: Callable[[bool], None] | None = None
+        self.handoffs = 0  # grants made by a direct hand-off to a head whose budget ran out
+        self.barged = 0  # grants taken past at least one waiter
+        # Whether the last grant slept in the line (read by its grantee only).
+        self.last_queued = False
+
+    # -- introspection -----------------------------------------------------
+    @property
     def locked(self) -> bool:
-        return self._q.in_use > 0
+        return self._held
 
     @property
     def waiting(self) -> int:
-        return self._q.waiting
+        return len(self._waiters)
 
     @property
-    def histogram(self) -> WaitHistogram:
-        return self._q.histogram
-
-    @property
-    def queue(self) -> HandoffQueue[bool]:
-        """The underlying queue (the asyncio front waits on it without a thread)."""
-        return self._q
+    def queue(self) -> FairLock:
+        """The lock itself: it offers enqueue/claim/cancel for event loops."""
+        return self
 
     def __repr__(self) -> str:
-        return f"<FairLock {'held' if self.locked else 'free'} waiting={self.waiting}>"
+        return f"<FairLock {'held' if self._held else 'free'} waiting={self.waiting}>"
+
+    # -- the policy, under the mutex ---------------------------------------
+    def _may_take(self, budget: Budget, now: float) -> bool:
+        """Free lock: may a caller with ``budget`` take it now?"""
+        if not self._waiters:
+            return True
+        head = self._waiters[0]
+        return budget.barges and not head.budget.spent(head.overtaken, now - head.head_since)
+
+    def _take(self) -> None:
+        self._held = True
+        if self._waiters:  # taken past the head: count it against its budget
+            self._waiters[0].overtaken += 1
+            self.barged += 1
+
+    def _pop_head(self, now: float) -> _LockWaiter:
+        w = self._waiters.popleft()
+        if self._waiters:
+            self._waiters[0].head_since = now
+        if self._woken is w:
+            self._woken = None
+        return w
+
+    def _wake_head(self) -> _LockWaiter | None:
+        """The lock is free: wake the head unless a woken waiter is on its way.
+        Returns the waiter to signal (after the mutex is released)."""
+        if self._held or self._woken is not None or not self._waiters:
+            return None
+        head = self._waiters[0]
+        self._woken = head
+        head.state = _W_WOKEN
+        return head
+
+    # -- threads -----------------------------------------------------------
+    def acquire(
+        self, timeout: float | None = None, budget: Budget | None = None, tag: object = None
+    ) -> bool:
+        """True when acquired; False on timeout. Raises QueueClosed if closed."""
+        b = self.budget if budget is None else budget
+        with self._mutex:
+            if self._closed:
+                raise QueueClosed
+            if not self._held and self._may_take(b, _now()):
+                self._take()
+                self.histogram.record_immediate()
+                self.last_queued = False
+                return True
+            w = _LockWaiter(b, tag, None)
+            self._waiters.append(w)
+        deadline = math.inf if timeout is None or timeout >= FOREVER else w.started + timeout
+        while True:
+            try:
+                acquire_until(w.wake, deadline)
+            except BaseException:  # interrupted: leave cleanly, pass on what reached us
+                self.cancel(w)
+                raise
+            outcome = self._settle(w, deadline)
+            if outcome is not None:
+                return outcome
+
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free and nobody waits."""
+        with self._mutex:
+            if self._held or self._waiters or self._closed:
+                return False
+            self._held = True
+            return True
+
+    def _settle(self, w: _LockWaiter, deadline: float) -> bool | None:
+        """After a wake-up (or at the deadline): True (ours), False (timed
+        out, left the queue), None (keep waiting). Raises QueueClosed."""
+        signal = None
+        vacant = False
+        with self._mutex:
+            now = _now()
+            state = w.state
+            if state == _W_GRANTED:
+                self.histogram.record(now - w.started)
+                self.last_queued = True
+                return True
+            if state == _W_CLOSED:
+                raise QueueClosed
+            if state == _W_WOKEN:
+                self._woken = None
+                if not self._held:
+                    self._pop_head(now)
+                    self._held = True
+                    self.histogram.record(now - w.started)
+                    self.last_queued = True
+                    return True
+                w.state = _W_WAITING  # lost the race: keep the head of the line
+            if now < deadline:
+                return None
+            signal, vacant = self._leave(w, now)
+            self.histogram.record_timeout()
+        if signal is not None:
+            signal.signal()
+        if vacant and self._on_vacant is not None:
+            self._on_vacant()
+        return False
+
+    def _leave(self, w: _LockWaiter, now: float) -> tuple[_LockWaiter | None, bool]:
+        """Take a waiting ``w`` out of the line (under the mutex); returns who
+        must be woken instead and whether the lock is left vacant."""
+        was_head = self._waiters[0] is w
+        self._waiters.remove(w)
+        if self._woken is w:
+            self._woken = None
+        if was_head and self._waiters:
+            self._waiters[0].head_since = now
+        return self._wake_head(), not self._held and not self._waiters
+
+    def release(self) -> None:
+        """Give the lock back: straight to a head whose budget is spent, else
+        free, waking the head unless a woken waiter is already on its way."""
+        signal = None
+        vacant = False
+        idle = None
+        with self._mutex:
+            now = _now()
+            head = self._waiters[0] if self._waiters else None
+            if head is not None and (
+                self._closed is False and head.budget.spent(head.overtaken, now - head.head_since)
+            ):
+                was = head.state
+                self._pop_head(now)
+                head.state = _W_GRANTED
+                self.handoffs += 1
+                signal = head if was == _W_WAITING else None  # a woken one was signalled
+            else:
+                self._held = False
+                signal = self._wake_head()
+                vacant = not self._waiters
+                if self._closed:
+                    idle, self._on_idle = self._on_idle, None
+        if signal is not None:
+            signal.signal()
+        if idle is not None:
+            idle(True)
+        elif vacant and self._on_vacant is not None:
+            self._on_vacant()
+
+    # -- event loops: wait without a thread -----------------------------------
+    def enqueue(
+        self, notify: Callable[[], None], budget: Budget | None = None, tag: object = None
+    ) -> tuple[int, None, _LockWaiter | None]:
+        """An acquire() that never blocks: ``(READY, None, None)`` (acquired)
+        or ``(QUEUED, None, waiter)``: ``notify()`` will be called from some
+        thread when there is news; then call :meth:`claim`."""
+        b = self.budget if budget is None else budget
+        with self._mutex:
+            if self._closed:
+                raise QueueClosed
+            if not self._held and self._may_take(b, _now()):
+                self._take()
+                self.histogram.record_immediate()
+                self.last_queued = False
+                return READY, None, None
+            w = _LockWaiter(b, tag, notify)
+            self._waiters.append(w)
+            return QUEUED, None, w
+
+    def claim(self, waiter: _LockWaiter) -> tuple[int, None]:
+        """After a notify(): ``(READY, None)`` if the lock is now the caller's,
+        ``(QUEUED, None)`` to go on waiting. Raises QueueClosed."""
+        done = self._settle(waiter, math.inf)
+        return (READY, None) if done else (QUEUED, None)
+
+    def cancel(self, waiter: _LockWaiter) -> None:
+        """A waiter gives up: leave the line, or give back what reached it."""
+        signal = None
+        vacant = False
+        with self._mutex:
+            state = waiter.state
+            if state in (_W_WAITING, _W_WOKEN) and waiter in self._waiters:
+                signal, vacant = self._leave(waiter, _now())
+        if state == _W_GRANTED:
+            self.release()
+            return
+        if signal is not None:
+            signal.signal()
+        if vacant and self._on_vacant is not None:
+            self._on_vacant()
+
+    # -- closing -------------------------------------------------------------
+    def close_waiters(self, tag: object) -> None:
+        """Wake the waiters queued with ``tag`` with QueueClosed (a Database
+        closing while its callers wait); the others keep their places."""
+        signals = []
+        vacant = False
+        with self._mutex:
+            now = _now()
+            for w in [w for w in self._waiters if w.tag is tag]:
+                signal, vacant = self._leave(w, now)
+                w.state = _W_CLOSED
+                signals.append(w)
+                if signal is not None:
+                    signals.append(signal)
+        for w in signals:
+            w.signal()
+        if vacant and self._on_vacant is not None:
+            self._on_vacant()
+
+    def close(self, on_idle: Callable[[bool], None] | None = None) -> None:
+        """Refuse new callers and wake every waiter with QueueClosed;
+        ``on_idle`` runs once the lock is free (now, or at its release)."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            self._on_idle = on_idle
+            waiters = list(self._waiters)
+            self._waiters.clear()
+            self._woken = None
+            for w in waiters:
+                w.state = _W_CLOSED
+            idle_now = not self._held
+        for w in waiters:
+            w.signal()
+        if idle_now and on_idle is not None:
+            on_idle(True)

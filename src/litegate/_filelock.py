@@ -1,36 +1,42 @@
-"""A cross-process FIFO lock that the kernel releases when its holder dies.
+"""The cross-process half of the write gate: bounded fairness between
+processes, released by the kernel when a holder or waiter dies.
 
 It lives in a sidecar file (``<db>-litegate``) shared by every process that
-opens the database with litegate, and is made of open-file-description
-(OFD) ``fcntl`` byte-range locks plus a small ticket table in shared memory:
+opens the database with litegate, and is made of open-file-description (OFD)
+``fcntl`` locks plus a small table in shared memory (mmap):
 
-- ``MUTEX`` (byte 0) guards the ticket counter; it is held for a few
-  microseconds while a writer takes a ticket, never while anyone waits.
-- Ticket ``t`` owns slot ``t % SLOTS``: an OFD lock on one byte that its
-  owner holds from taking the ticket until it releases the gate, and a state
-  word in the mmap-ed table (WAITING, HOLDING, DONE, ABANDONED).
-- The writer with ticket ``t`` waits for ``t - 1`` by taking (and at once
-  dropping) ``t - 1``'s slot lock with ``F_OFD_SETLKW``: it sleeps in the
-  kernel and is woken exactly when that lock goes, by release, by timeout or
-  because the process died (the kernel drops a dead process's locks).
-  It then reads ``t - 1``'s state: DONE or HOLDING (died holding) means the
-  gate is ours; WAITING (died waiting) or ABANDONED (timed out) means it never
-  held the gate, so we go on to wait for ``t - 2``, and so on.
+- ``GATE``: one lock whose holder holds the gate. Taking it is one
+  non-blocking ``F_OFD_SETLK``, releasing it another: the uncontended path is
+  two system calls. The kernel drops it when its holder dies.
+- A ticket queue for the processes that found the gate taken and sleep.
+  ``MUTEX`` (byte 0) guards the ticket counter for microseconds. Ticket ``t``
+  owns slot ``t % SLOTS``: a lock its owner holds while it is in the queue,
+  and a record (state, arrival time, budget, overtakes, pid). Each sleeper
+  waits for its predecessor to leave the queue by taking (and at once
+  dropping) the predecessor's slot lock with ``F_OFD_SETLKW``: woken by the
+  kernel when that lock goes, by leaving, by timeout or by death. So
+  sleepers reach the head of the line in ticket order, and a dead sleeper
+  cannot wedge it.
+- The head of the line (state HEAD) waits for the gate itself. It sleeps on
+  a futex word of the table with a short timeout (it looks at the gate at
+  least every HEAD_CHECK_SECONDS, which also sees a dead holder), or without
+  futexes in the kernel on the gate lock through a helper thread.
 
-So writers get the gate in ticket order across processes, nobody polls, and a
-SIGKILLed holder or waiter cannot wedge the queue. Linux's own lock wake-up is
-only nearly FIFO (it wakes a chain of waiters that then race), which is why
-the ticket table exists.
+The policy is bounded fairness. A process that finds the gate free may take
+it ("barge") past the sleepers unless the head's budget is spent: the head
+has been overtaken ``overtakes`` times, or has waited ``seconds`` at the
+head (each ticket carries its own budget and its arrival on
+CLOCK_MONOTONIC, which all processes share). A release that finds the head's
+budget spent hands the gate over: it wakes the head through the futex, and
+nobody barges until the head has it. Otherwise a release wakes nobody, so a
+process that releases and asks again takes the gate back without a wake-up,
+and runs many transactions per time slice instead of one (a lock convoy).
+``Budget(0, 0)`` makes every head due at once: strict FIFO by ticket.
 
 OFD locks belong to the open file, not the process: two :class:`ProcessLock`
-objects in one process queue against each other like two processes, and
-closing some other descriptor of the file never drops them.
-
-``F_OFD_SETLKW`` has no timeout, so a blocking wait runs in a helper thread
-(started on first contention, reused after); the caller waits for it on a
-``threading.Lock`` with its own deadline and, on timeout, marks its ticket
-ABANDONED and leaves. Only one thread per :class:`ProcessLock` calls
-:meth:`acquire` at a time: the in-process FairLock in front of it sees to that.
+objects in one process exclude each other like two processes. Only one
+thread per :class:`ProcessLock` calls :meth:`acquire` at a time: the
+in-process half of the gate (``FileGate``) sees to that.
 """
 
 from __future__ import annotations
@@ -44,17 +50,39 @@ import struct
 import threading
 import time
 
+from . import _futex
+from ._fair import BOUNDED, Budget
 from ._time import FOREVER, acquire_until
 
 SLOTS = 4096
-_MAGIC = b"LGTQ0001"
-_HEADER = 64  # magic (8) + next ticket (8), padded
-_STATE = struct.Struct("<QQ")  # ticket, state
-_SIZE = _HEADER + SLOTS * _STATE.size
+_MAGIC = b"LGTQ0002"
+_OLD_MAGIC = b"LGTQ0001"  # litegate before bounded fairness: strict ticket order only
+_HEADER = 128
+# header fields (little endian)
+_H_NEXT = 8  # u64: the next ticket
+_H_GRANTS = 16  # u64: grants of the gate so far
+_H_HEAD = 24  # u64: head ticket + 1, 0 for none (a hint: the slot record decides)
+_H_WAKE = 32  # u32: the futex word, bumped by every hand-off
+_H_HOLDER = 40  # u64: pid of the holder, 0 when free (a hint for ops)
+_H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
+_H_BARGES = 56  # u64: grants taken past a waiting head
+_SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
+_SLOT_SIZE = _SLOT.size
+_SIZE = _HEADER + SLOTS * _SLOT_SIZE
+_U64 = struct.Struct("<Q")
 _MUTEX = 0
-_SLOT_LOCK_BASE = 1 << 32  # lock-only offsets past the data; they need no bytes
+_GATE = 1 << 31  # lock-only offsets past the data: they need no bytes
+_SLOT_LOCK_BASE = 1 << 32
+_NO_LIMIT = 0xFFFFFFFF  # a budget field without a bound
 
-WAITING, HOLDING, DONE, ABANDONED = 1, 2, 3, 4
+WAITING, HOLDING, DONE, ABANDONED, HEAD = 1, 2, 3, 4, 5
+STATE_NAMES = {
+    WAITING: "waiting",
+    HOLDING: "holding",
+    DONE: "done",
+    ABANDONED: "abandoned",
+    HEAD: "head",
+}
 _TICKET_LIMIT = 1 << 62  # a counter at or past this was not written by litegate
 
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
@@ -67,19 +95,21 @@ def _flock(kind: int, offset: int) -> bytes:
 
 _MUTEX_LOCK = _flock(fcntl.F_WRLCK, _MUTEX)
 _MUTEX_UNLOCK = _flock(fcntl.F_UNLCK, _MUTEX)
+_GATE_LOCK = _flock(fcntl.F_WRLCK, _GATE)
+_GATE_UNLOCK = _flock(fcntl.F_UNLCK, _GATE)
 _SLOT_LOCK = [_flock(fcntl.F_WRLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 _SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
-
-
-STATE_NAMES = {WAITING: "waiting", HOLDING: "holding", DONE: "done", ABANDONED: "abandoned"}
+# the whole file: only a lock file nobody uses can be set up anew
+_ALL_LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+_ALL_UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0)
 
 
 def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
     """The ticket table of lock file ``path``, read without taking part:
     no lock taken, nothing written (for ``litegate doctor`` / ``top``).
-    Returns (next ticket, [(ticket, slot, state name)] of the live tickets,
-    oldest first), None if the file is not a litegate lock file; OSError
-    if it cannot be read."""
+    Returns (next ticket, [(ticket, slot, state name)] of the tickets still
+    in the queue, oldest first), None if the file is not a litegate lock
+    file; OSError if it cannot be read."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         table = os.pread(fd, _SIZE, 0)
@@ -87,20 +117,44 @@ def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
         os.close(fd)
     if table[:8] != _MAGIC or len(table) < _SIZE:
         return None
-    nxt = int(struct.unpack_from("<Q", table, 8)[0])
+    nxt = _U64.unpack_from(table, _H_NEXT)[0]
     live = []
     for t in range(max(0, nxt - SLOTS), nxt):
         slot = t % SLOTS
-        tk, st = _STATE.unpack_from(table, _HEADER + slot * _STATE.size)
-        if tk == t and st in STATE_NAMES:
-            live.append((t, slot, STATE_NAMES[st]))
+        rec = _SLOT.unpack_from(table, _HEADER + slot * _SLOT_SIZE)
+        if rec[0] == t and rec[1] in (WAITING, HEAD):
+            live.append((t, slot, STATE_NAMES[rec[1]]))
     return nxt, live
+
+
+def read_counters(path: str) -> dict[str, int] | None:
+    """The gate's shared counters (grants, hand-offs, barges, holder pid),
+    read without taking part; None if not a litegate lock file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        head = os.pread(fd, _HEADER, 0)
+    finally:
+        os.close(fd)
+    if head[:8] != _MAGIC or len(head) < _HEADER:
+        return None
+    return {
+        "next_ticket": _U64.unpack_from(head, _H_NEXT)[0],
+        "grants": _U64.unpack_from(head, _H_GRANTS)[0],
+        "handoffs": _U64.unpack_from(head, _H_HANDOFFS)[0],
+        "barges": _U64.unpack_from(head, _H_BARGES)[0],
+        "holder_pid": _U64.unpack_from(head, _H_HOLDER)[0],
+    }
 
 
 def slot_of_lock(offset: int) -> int | None:
     """The slot whose lock sits at byte ``offset`` of a lock file (as
-    /proc shows locks), None for the ticket-counter mutex."""
+    /proc shows locks), None for the other locks (mutex, gate)."""
     return offset - _SLOT_LOCK_BASE if _SLOT_LOCK_BASE <= offset < _SLOT_LOCK_BASE + SLOTS else None
+
+
+def is_gate_lock(offset: int) -> bool:
+    """True for the lock whose holder holds the gate (as /proc shows locks)."""
+    return offset == _GATE
 
 
 class TooManyWaiters(RuntimeError):
@@ -108,13 +162,14 @@ class TooManyWaiters(RuntimeError):
 
 
 class _Job:
-    """One blocking wait for a slot lock, run by a helper thread."""
+    """One blocking wait for a lock to be free, run by a helper thread."""
 
-    __slots__ = ("abandoned", "done", "fd", "finished", "slot")
+    __slots__ = ("abandoned", "done", "fd", "finished", "lock", "unlock")
 
-    def __init__(self, fd: int, slot: int) -> None:
+    def __init__(self, fd: int, lock: bytes, unlock: bytes) -> None:
         self.fd = fd  # a dup: stays valid even if the lock is closed meanwhile
-        self.slot = slot
+        self.lock = lock
+        self.unlock = unlock
         self.done = threading.Lock()
         self.done.acquire()
         self.finished = False
@@ -141,7 +196,18 @@ def _open_like(path: str, like: str | None) -> int:
     return fd
 
 
+def _budget_fields(b: Budget) -> tuple[int, int]:
+    k = _NO_LIMIT if math.isinf(b.overtakes) else min(int(b.overtakes), _NO_LIMIT - 1)
+    t = _NO_LIMIT if math.isinf(b.seconds) else min(int(b.seconds * 1e6), _NO_LIMIT - 1)
+    return k, t
+
+
 class ProcessLock:
+    # How often a head waiter looks at the gate while it sleeps: the longest
+    # a free gate can stay untaken while someone waits (a release whose head
+    # is within its budget wakes nobody), and how soon a dead holder is seen.
+    HEAD_CHECK_SECONDS = 0.0005
+
     def __init__(self, path: str, like: str | None = None) -> None:
         self.path = path
         self._fd = _open_like(path, like)
@@ -150,14 +216,20 @@ class ProcessLock:
         except BaseException:
             os.close(self._fd)
             raise
-        self._mutex = threading.Lock()  # guards the fields below; no I/O under it
-        self._ticket = -1  # our ticket while we hold or wait
+        self._wake = _futex.Word(self._map, _H_WAKE) if _futex.AVAILABLE else None
+        self._mutex = threading.Lock()  # guards the helper bookkeeping; no I/O under it
+        self._ticket = -1  # our ticket while we wait
         self._held = False
         self._closed = False
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._helpers = 0
         self._idle_helpers = 0
-        self.contended = 0  # acquisitions that had to sleep
+        self._pid = os.getpid()
+        self.contended = 0  # acquisitions that had to queue
+        self.last_ticket = -1  # the ticket the last grant slept on, -1 if it did not
+        self.last_head_ns = 0  # when that ticket became the head of the line
+        self.barged = 0  # grants taken past a waiting head
+        self.handoffs = 0  # releases that handed the gate to a head
 
     def _map_table(self) -> mmap.mmap:
         fcntl.fcntl(self._fd, _SETLKW, _MUTEX_LOCK)
@@ -166,18 +238,38 @@ class ProcessLock:
                 os.ftruncate(self._fd, _SIZE)  # only ever grows; zeros are "no ticket yet"
             table = mmap.mmap(self._fd, _SIZE)
             magic = table[:8]
-            if magic == b"\0" * 8:
+            if magic == _OLD_MAGIC:
+                self._upgrade(table)
+            elif magic == b"\0" * 8:
                 table[:8] = _MAGIC
             elif magic != _MAGIC:
                 table.close()
                 raise OSError(f"its first bytes are {bytes(magic)!r}, not litegate's")
-            nxt = int(struct.unpack_from("<Q", table, 8)[0])
+            nxt = _U64.unpack_from(table, _H_NEXT)[0]
             if nxt >= _TICKET_LIMIT:  # no writer takes 2**62 tickets: a damaged file
                 table.close()
                 raise OSError(f"its ticket counter reads {nxt}, which litegate never writes")
             return table
         finally:
             fcntl.fcntl(self._fd, _SETLK, _MUTEX_UNLOCK)
+
+    def _upgrade(self, table: mmap.mmap) -> None:
+        """An older litegate's lock file: set it up anew if nobody uses it.
+        (We hold its byte 0; a lock on the rest means a live older process.)"""
+        rest = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 1, 0, 0)
+        try:
+            fcntl.fcntl(self._fd, _SETLK, rest)
+        except OSError:
+            table.close()
+            raise OSError(
+                "an older litegate (strict ticket order, lock file format 1) has the database "
+                "open; stop its processes or upgrade them, then open it again"
+            ) from None
+        try:
+            table[:] = b"\0" * _SIZE
+            table[:8] = _MAGIC
+        finally:
+            fcntl.fcntl(self._fd, _SETLK, _ALL_UNLOCK)
 
     def __repr__(self) -> str:
         return f"<ProcessLock {self.path!r} held={self._held} closed={self._closed}>"
@@ -186,68 +278,113 @@ class ProcessLock:
     def held(self) -> bool:
         return self._held
 
-    # -- acquire ------------------------------------------------------------
-    def acquire(self, timeout: float | None) -> bool:
+    # -- the shared records ----------------------------------------------------
+    def _record(self, t: int) -> tuple[int, int, int, int, int, int, int, int]:
+        rec: tuple[int, int, int, int, int, int, int, int] = _SLOT.unpack_from(
+            self._map, _HEADER + (t % SLOTS) * _SLOT_SIZE
+        )
+        return rec
+
+    def _head(self) -> tuple[int, tuple[int, int, int, int, int, int, int, int]] | None:
+        """The ticket and record of the head waiter, if one is waiting."""
+        h = _U64.unpack_from(self._map, _H_HEAD)[0]
+        if h == 0:
+            return None
+        rec = self._record(h - 1)
+        if rec[0] != h - 1 or rec[1] != HEAD:
+            return None
+        return h - 1, rec
+
+    @staticmethod
+    def _due(rec: tuple[int, int, int, int, int, int, int, int], now_ns: int) -> bool:
+        """Has this head's budget run out (overtaken k times or waited t)?"""
+        _t, _st, _arrived, head_ns, overtaken, k, t_us, _pid = rec
+        if k != _NO_LIMIT and overtaken >= k:
+            return True
+        return t_us != _NO_LIMIT and now_ns - head_ns >= t_us * 1000
+
+    def head_due(self) -> bool:
+        """A head waiter (of another process, while we hold the gate) whose
+        budget has run out: the next release must hand the gate over."""
+        head = self._head()
+        return head is not None and self._due(head[1], time.monotonic_ns())
+
+    def note_overtake(self) -> None:
+        """We hold the gate and passed it to one more of our own threads: that
+        overtakes the head waiter, if any (counts against its budget)."""
+        head = self._head()
+        if head is not None:
+            off = _HEADER + (head[0] % SLOTS) * _SLOT_SIZE + 32
+            struct.pack_into("<I", self._map, off, head[1][4] + 1)
+            _U64.pack_into(self._map, _H_BARGES, _U64.unpack_from(self._map, _H_BARGES)[0] + 1)
+
+    # -- acquire ----------------------------------------------------------------
+    def acquire(self, timeout: float | None, budget: Budget = BOUNDED) -> bool:
         """True once held; False if ``timeout`` seconds passed first."""
         if self._closed:
             raise ValueError("ProcessLock is closed")
-        deadline = None if timeout is None or timeout >= FOREVER else time.monotonic() + timeout
-        t = self._take_ticket()
+        if self._try_gate(budget):
+            self.last_ticket = -1
+            return True
+        deadline = math.inf if timeout is None or timeout >= FOREVER else time.monotonic() + timeout
+        t = self._take_ticket(budget)
         try:
-            return self._wait_turn(t, deadline)
+            if not self._wait_turn(t, deadline):
+                self._leave(t, ABANDONED)
+                return False
+            if not self._wait_gate(t, deadline):
+                self._leave(t, ABANDONED)
+                return False
+            self.last_ticket = t
         except BaseException:  # interrupted: never leave a ticket that blocks others
-            self._finish(t, ABANDONED)
+            if self._held:
+                self.release()
+            else:  # in case the gate was ours a moment before: a no-op if it was not
+                fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
+            self._leave(t, ABANDONED)
             raise
-
-    def _wait_turn(self, t: int, deadline: float | None) -> bool:
-        table, state = self._map, _STATE
-        p = t - 1
-        while p >= 0 and p > t - SLOTS:
-            ps = p % SLOTS
-            tk, st = state.unpack_from(table, _HEADER + ps * 16)
-            if tk == p and st == DONE:
-                break
-            if tk == p and st != ABANDONED:  # WAITING or HOLDING: wait for it to let go
-                if st == HOLDING and self._spin_until_done(p, ps):
-                    break
-                if not self._wait_free(ps, deadline):
-                    self._finish(t, ABANDONED)
-                    return False
-                tk, st = state.unpack_from(table, _HEADER + ps * 16)
-                if tk == p and st in (HOLDING, DONE):  # HOLDING here: it died holding
-                    break
-            p -= 1  # it never held the gate: wait for the one before it
-        state.pack_into(table, _HEADER + (t % SLOTS) * 16, t, HOLDING)
-        self._held = True
         return True
 
-    # How long a waiter whose predecessor holds the gate watches for its
-    # release before it sleeps in the kernel. A transaction often ends within
-    # this; waking through the kernel costs two thread wake-ups (the helper
-    # thread, then the caller), each of which may wait for a CPU and the GIL.
-    SPIN_SECONDS = 0.0002
+    def _try_gate(self, budget: Budget) -> bool:
+        """Barge: take a free gate unless a head waits whose budget is spent
+        (or we queue strictly and anyone waits). The look before is only a
+        shortcut: the decision is made again with the gate held, where no
+        other barger can change the head's count meanwhile, so a head is
+        never overtaken more than its budget allows."""
+        head = self._head()
+        if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
+            return False
+        try:
+            fcntl.fcntl(self._fd, _SETLK, _GATE_LOCK)
+        except OSError:
+            return False
+        head = self._head()
+        if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
+            # the budget ran out between the look and the lock: hand over
+            fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
+            if self._wake is not None:
+                self._wake.bump()
+                self._wake.wake(1)
+            return False
+        self._granted(overtook=head is not None)
+        return True
 
-    def _spin_until_done(self, p: int, slot: int) -> bool:
-        """Watch ticket ``p``'s state word for DONE for up to SPIN_SECONDS,
-        yielding the CPU between looks (the holder may need it). False: still
-        held (or its holder died): wait in the kernel, which also sees deaths.
-        A slot taken over by a later ticket means ``p`` let go long ago."""
-        table, state, off = self._map, _STATE, _HEADER + slot * 16
-        end = time.monotonic() + self.SPIN_SECONDS
-        yield_ = os.sched_yield
-        while True:
-            tk, st = state.unpack_from(table, off)
-            if tk != p or st == DONE:
-                return True
-            if time.monotonic() > end:
-                return False
-            yield_()
+    def _granted(self, overtook: bool) -> None:
+        """We hold the gate: the shared counters (written only by holders)."""
+        self._held = True
+        m = self._map
+        _U64.pack_into(m, _H_HOLDER, self._pid)
+        _U64.pack_into(m, _H_GRANTS, _U64.unpack_from(m, _H_GRANTS)[0] + 1)
+        if overtook:
+            self.barged += 1
+            self.note_overtake()
 
-    def _take_ticket(self) -> int:
+    def _take_ticket(self, budget: Budget) -> int:
         fd, table = self._fd, self._map
+        k, t_us = _budget_fields(budget)
         fcntl.fcntl(fd, _SETLKW, _MUTEX_LOCK)  # held for microseconds by live writers only
         try:
-            t = int(struct.unpack_from("<Q", table, 8)[0])
+            t = int(_U64.unpack_from(table, _H_NEXT)[0])
             slot = t % SLOTS
             try:
                 fcntl.fcntl(fd, _SETLK, _SLOT_LOCK[slot])
@@ -255,26 +392,96 @@ class ProcessLock:
                 raise TooManyWaiters(
                     f"more than {SLOTS} writers are queued on {self.path!r}"
                 ) from None
-            # state first, counter last: a writer killed in between leaves no ticket
-            _STATE.pack_into(table, _HEADER + slot * 16, t, WAITING)
-            struct.pack_into("<Q", table, 8, t + 1)
+            now = time.monotonic_ns()
+            # record first, counter last: a writer killed in between leaves no ticket
+            _SLOT.pack_into(
+                table, _HEADER + slot * _SLOT_SIZE, t, WAITING, now, now, 0, k, t_us, self._pid
+            )
+            _U64.pack_into(table, _H_NEXT, t + 1)
         finally:
             fcntl.fcntl(fd, _SETLK, _MUTEX_UNLOCK)
+        with self._mutex:
+            self.contended += 1
         self._ticket = t
         return t
 
-    def _wait_free(self, slot: int, deadline: float | None) -> bool:
-        """Wait until ``slot``'s lock is free (its owner released or died)."""
+    def _wait_turn(self, t: int, deadline: float) -> bool:
+        """Sleep until every ticket before ``t`` has left the queue (got the
+        gate, gave up or died): then ``t`` is the head. False on timeout."""
+        p = t - 1
+        while p >= 0 and p > t - SLOTS:
+            rec = self._record(p)
+            if rec[0] != p or rec[1] in (HOLDING, DONE):
+                break  # it left with the gate: everyone before it had left too
+            if rec[1] in (WAITING, HEAD):  # still queued: wait for its slot lock to go
+                ps = p % SLOTS
+                if not self._wait_free(_SLOT_LOCK[ps], _SLOT_UNLOCK[ps], deadline):
+                    return False
+                rec = self._record(p)
+                if rec[0] != p or rec[1] in (HOLDING, DONE):
+                    break
+            p -= 1  # it gave up or died in the queue: wait for the one before it
+        return True
+
+    def _wait_gate(self, t: int, deadline: float) -> bool:
+        """As the head: wait for the gate. False on timeout."""
+        table, slot = self._map, t % SLOTS
+        off = _HEADER + slot * _SLOT_SIZE
+        rec = self._record(t)
+        self.last_head_ns = time.monotonic_ns()
+        _SLOT.pack_into(table, off, t, HEAD, rec[2], self.last_head_ns, 0, rec[5], rec[6], rec[7])
+        _U64.pack_into(table, _H_HEAD, t + 1)
+        wake = self._wake
+        while True:
+            seen = wake.value if wake is not None else 0
+            try:
+                fcntl.fcntl(self._fd, _SETLK, _GATE_LOCK)
+            except OSError:
+                pass
+            else:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if wake is not None:
+                wake.wait(seen, min(left, self.HEAD_CHECK_SECONDS))
+            elif not self._wait_free(_GATE_LOCK, _GATE_UNLOCK, deadline):
+                return False
+        # ours: leave the queue (our successor becomes the head)
+        rec = self._record(t)
+        _SLOT.pack_into(table, off, t, HOLDING, *rec[2:])
+        if _U64.unpack_from(table, _H_HEAD)[0] == t + 1:
+            _U64.pack_into(table, _H_HEAD, 0)
+        self._granted(overtook=False)
+        fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
+        self._ticket = -1
+        return True
+
+    def _leave(self, t: int, state: int) -> None:
+        """Leave the queue without the gate (timed out or interrupted)."""
+        if self._ticket != t:
+            return
+        slot = t % SLOTS
+        rec = self._record(t)
+        if rec[0] == t:
+            _SLOT.pack_into(self._map, _HEADER + slot * _SLOT_SIZE, t, state, *rec[2:])
+        if _U64.unpack_from(self._map, _H_HEAD)[0] == t + 1:
+            _U64.pack_into(self._map, _H_HEAD, 0)
+        fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
+        self._ticket = -1
+
+    def _wait_free(self, lock: bytes, unlock: bytes, deadline: float) -> bool:
+        """Wait until ``lock`` is free (its owner released or died), in the
+        kernel through a helper thread (``F_OFD_SETLKW`` cannot time out)."""
         try:
-            fcntl.fcntl(self._fd, _SETLK, _SLOT_LOCK[slot])
+            fcntl.fcntl(self._fd, _SETLK, lock)
         except OSError:
             pass
         else:
-            fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])
+            fcntl.fcntl(self._fd, _SETLK, unlock)
             return True
-        job = _Job(os.dup(self._fd), slot)
+        job = _Job(os.dup(self._fd), lock, unlock)
         with self._mutex:
-            self.contended += 1
             start_helper = self._idle_helpers == 0
             if start_helper:
                 self._helpers += 1
@@ -286,7 +493,7 @@ class ProcessLock:
             ).start()
         self._jobs.put(job)
         try:
-            acquire_until(job.done, math.inf if deadline is None else deadline)
+            acquire_until(job.done, deadline)
         except BaseException:
             with self._mutex:
                 job.abandoned = True
@@ -303,8 +510,8 @@ class ProcessLock:
             if job is None:
                 return
             try:
-                fcntl.fcntl(job.fd, _SETLKW, _SLOT_LOCK[job.slot])  # sleeps in the kernel
-                fcntl.fcntl(job.fd, _SETLK, _SLOT_UNLOCK[job.slot])
+                fcntl.fcntl(job.fd, _SETLKW, job.lock)  # sleeps in the kernel
+                fcntl.fcntl(job.fd, _SETLK, job.unlock)
             finally:
                 os.close(job.fd)
                 with self._mutex:
@@ -313,18 +520,24 @@ class ProcessLock:
                         job.done.release()
                     self._idle_helpers += 1
 
-    # -- release --------------------------------------------------------------
-    def _finish(self, t: int, state: int) -> None:
-        slot = t % SLOTS
-        _STATE.pack_into(self._map, _HEADER + slot * 16, t, state)
-        fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
-        self._ticket = -1
-
+    # -- release ----------------------------------------------------------------
     def release(self) -> None:
+        """Let the gate go. A head whose budget is spent gets it handed over
+        (woken; nobody barges past it meanwhile); otherwise nobody is woken."""
         if not self._held:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False
-        self._finish(self._ticket, DONE)
+        m = self._map
+        _U64.pack_into(m, _H_HOLDER, 0)
+        head = self._head()
+        due = head is not None and self._due(head[1], time.monotonic_ns())
+        if due:
+            self.handoffs += 1
+            _U64.pack_into(m, _H_HANDOFFS, _U64.unpack_from(m, _H_HANDOFFS)[0] + 1)
+        fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
+        if due and self._wake is not None:
+            self._wake.bump()
+            self._wake.wake(1)
 
     def close(self) -> None:
         """Release if held, stop the helpers, close the file. Safe to call twice."""
@@ -337,6 +550,9 @@ class ProcessLock:
             helpers = self._helpers
         for _ in range(helpers):
             self._jobs.put(None)  # busy helpers see it after their job ends
+        if self._wake is not None:
+            self._wake.release()
+            self._wake = None
         self._map.close()
         os.close(self._fd)
         self._fd = -1
@@ -346,6 +562,9 @@ class ProcessLock:
         (OFD locks being shared with the parent's descriptor) are the parent's."""
         self._closed = True
         self._held = False
+        if self._wake is not None:
+            self._wake.release()
+            self._wake = None
         self._map.close()
         if self._fd >= 0:
             os.close(self._fd)

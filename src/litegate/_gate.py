@@ -22,6 +22,7 @@ if it was idle.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sqlite3
 import threading
@@ -29,11 +30,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from . import _grantlog
 from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError, OpenError
-from ._fair import FairLock, QueueClosed
+from ._fair import BOUNDED, Budget, FairLock, QueueClosed
 from ._filelock import ProcessLock
 from ._guard import close_connection
+from ._time import deadline_of, remaining
 
 _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
@@ -127,13 +130,22 @@ class FileGate:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.lock = FairLock()  # connections of this process, in arrival order
-        # processes, in ticket order; a new sidecar gets the database's permissions
+        # this process's threads and tasks, bounded fairness (each caller
+        # brings its Database's budget)
+        self.lock = FairLock(BOUNDED, on_vacant=self._vacant)
+        # processes: a new sidecar gets the database's permissions
         self.plock = ProcessLock(path + "-litegate", like=path)
         self.owner: int | None = None  # thread ident holding it (for nesting checks)
+        # This process holds the cross-process gate. It keeps it while its own
+        # threads pass the in-process lock among themselves (a cohort), until
+        # another process's head waiter is due or nobody here wants it.
+        self._cohort = False
         self._users = 0
         self._ckpt: Checkpointer | None = None
         self._ckpt_lock = threading.Lock()
+        self._grant: tuple[int, int, bool, int, int, Budget] | None = None  # for the grant log
+        self._ticket = -1
+        self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
 
     @classmethod
     def open(cls, path: str) -> FileGate:
@@ -238,11 +250,13 @@ class FileGate:
         finally:
             self.release()
 
-    def acquire(self, timeout: float | None) -> bool:
-        """Take the gate: this process's FIFO, then the cross-process queue.
-        False if ``timeout`` seconds passed first. A thread that already
-        holds it gets :class:`NestedWriteError` at once (it would wait for
-        itself)."""
+    def acquire(
+        self, timeout: float | None, budget: Budget | None = None, tag: object = None
+    ) -> bool:
+        """Take the gate: this process's line, then (unless this process
+        already holds it) the cross-process one. False if ``timeout`` seconds
+        passed first. A thread that already holds it gets
+        :class:`NestedWriteError` at once (it would wait for itself)."""
         me = threading.get_ident()
         if self.owner == me:
             raise NestedWriteError(
@@ -250,29 +264,77 @@ class FileGate:
                 "connection or Database on the same file); waiting would wait for itself. "
                 "Write through the connection that holds it"
             )
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            if not self.lock.acquire(timeout):
-                return False
-        except QueueClosed:  # pragma: no cover - the shared lock is never closed
+        arrive = time.monotonic_ns()
+        deadline = deadline_of(math.inf if timeout is None else timeout)
+        b = BOUNDED if budget is None else budget
+        if not self.lock.acquire(timeout, b, tag):
             return False
+        queued = self.lock.last_queued
+        if not self.hold_across_processes(remaining(deadline), b):
+            return False
+        self.owner = me
+        self._note_grant(arrive, queued, b)
+        return True
+
+    def hold_across_processes(self, timeout: float | None, budget: Budget) -> bool:
+        """The in-process lock is ours: take the cross-process gate too,
+        unless this process holds it already. On failure (timeout, error)
+        the in-process lock is given back."""
         try:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self.plock.acquire(remaining):
+            if self._cohort:
+                if not self.plock.head_due():
+                    self.cohort_passes += 1
+                    self.plock.note_overtake()  # a head of another process was passed over
+                    self._ticket = -1
+                    return True
+                # another process's head became due since the release that
+                # kept the gate for us: hand it over and queue like anyone
+                self._cohort = False
+                self.plock.release()
+            if not self.plock.acquire(timeout, budget):
                 self.lock.release()
                 return False
         except BaseException:
             self.lock.release()
             raise
-        self.owner = me
+        self._cohort = True
+        self._ticket = self.plock.last_ticket
         return True
 
+    def _note_grant(self, arrive: int, queued: bool, budget: Budget) -> None:
+        if _grantlog.active() is not None:
+            head = self.plock.last_head_ns if self._ticket >= 0 else 0
+            self._grant = (arrive, time.monotonic_ns(), queued, self._ticket, head, budget)
+
     def release(self) -> None:
+        """Give the gate back. The cross-process gate stays with this process
+        while another of its threads waits for it and no other process's
+        head waiter is due; otherwise it goes now."""
         self.owner = None
+        grant, self._grant = self._grant, None
+        if grant is not None:
+            arrive, granted, queued, ticket, head, b = grant
+            _grantlog.record(
+                arrive, granted, time.monotonic_ns(), queued, ticket, head, b.overtakes, b.seconds
+            )
         try:
-            self.plock.release()
+            if not (self.lock.waiting and not self.plock.head_due()):
+                self._cohort = False
+                self.plock.release()
         finally:
             self.lock.release()
+
+    def _vacant(self) -> None:
+        """The in-process lock was left free with nobody waiting (the last
+        waiter gave up): if this process still holds the cross-process gate
+        for a cohort that is gone, let it go."""
+        if self._cohort and self.lock.try_acquire():
+            try:
+                if self._cohort:
+                    self._cohort = False
+                    self.plock.release()
+            finally:
+                self.lock.release()
 
     @property
     def held(self) -> bool:

@@ -55,7 +55,7 @@ from ._database import (
 )
 from ._database import connect as _connect
 from ._errors import Closed, NestedWriteError, PoolTimeout, WriteTimeout
-from ._fair import CREATE, QUEUED, HandoffQueue, QueueClosed
+from ._fair import CREATE, QUEUED, FairLock, HandoffQueue, QueueClosed
 from ._guard import WriterConnection
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._time import seconds
@@ -135,36 +135,42 @@ class AsyncDatabase:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _turn(self, q: HandoffQueue[Any], limit: float) -> tuple[int, Any]:
-        """Wait in ``q``'s FIFO queue on the loop (no thread): (READY, item) or
-        (CREATE, None). Raises TimeoutError, or QueueClosed."""
+    async def _turn(
+        self, q: HandoffQueue[Any] | FairLock, limit: float, *how: Any
+    ) -> tuple[int, Any]:
+        """Wait in ``q``'s line on the loop (no thread): (READY, item) or
+        (CREATE, None). ``how``: what a FairLock waiter brings (budget, tag).
+        Raises TimeoutError, or QueueClosed."""
         loop = asyncio.get_running_loop()
         holder: list[asyncio.Future[None]] = [loop.create_future()]
 
-        def notify() -> None:  # any thread
+        def notify() -> None:  # any thread; a FairLock waiter may be told more than once
             _call_soon(loop, _set_done, holder[0])
 
-        status, item, waiter = q.enqueue(notify)
+        status, item, waiter = q.enqueue(notify, *how)
         if status != QUEUED:
             return status, item
         assert waiter is not None
+        line: Any = q  # each queue takes back its own kind of waiter
         deadline = None if math.isinf(limit) else loop.time() + limit
         while True:
             try:
                 remaining = None if deadline is None else max(0.0, deadline - loop.time())
                 await asyncio.wait_for(holder[0], remaining)
             except BaseException:  # timeout or cancellation: leave the queue
-                q.cancel(waiter)
+                line.cancel(waiter)
                 raise
             holder[0] = loop.create_future()
-            status, item = q.claim(waiter)
+            status, item = line.claim(waiter)
             if status != QUEUED:
                 return status, item
 
-    async def _wait_turn(self, q: HandoffQueue[Any], limit: float, write: bool) -> tuple[int, Any]:
+    async def _wait_turn(
+        self, q: HandoffQueue[Any] | FairLock, limit: float, write: bool, *how: Any
+    ) -> tuple[int, Any]:
         """_turn with litegate's errors: PoolTimeout or WriteTimeout, Closed."""
         try:
-            return await self._turn(q, limit)
+            return await self._turn(q, limit, *how)
         except TimeoutError:
             if write:
                 self.sync._process_state().gate_wait.record_timeout()
@@ -353,10 +359,10 @@ class _AsyncWrite(_AsyncBlock):
         limit = adb._limit(self._timeout)
         loop = asyncio.get_running_loop()
         start = time.monotonic()
-        await adb._wait_turn(state.gate.queue, limit, write=True)
-        # The in-process gate is ours; the cross-process queue and BEGIN
+        await adb._wait_turn(state.filegate.lock, limit, True, state.budget, db)
+        # The in-process gate is ours; the cross-process gate and BEGIN
         # IMMEDIATE may block, so they run on a thread.
-        work = loop.run_in_executor(adb._pool, db._after_gate, state, start, start + limit, limit)
+        work = loop.run_in_executor(adb._pool, db._gate_from_loop, state, start, limit)
 
         def give_back(conn: WriterConnection) -> None:  # cancelled meanwhile
             adb._pool.submit(db._end, state, conn, False)

@@ -126,7 +126,7 @@ def test_cancelled_gate_waiter_leaves_the_queue(db_path: str) -> None:
                 order.append(name)
                 await tx.execute("INSERT INTO t VALUES (?)", (name,))
 
-        gate = db.sync._process_state().gate
+        gate = db.sync._process_state().filegate
         tasks = {}
         with gate_held_by_another_thread(db.sync):
             for n, name in enumerate(("first", "cancelled", "third"), start=1):

@@ -7,6 +7,7 @@ arrival order is known, then assert the grant order exactly.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -16,7 +17,19 @@ from typing import Protocol
 import pytest
 
 import litegate
-from litegate._fair import FairLock, HandoffQueue, QueueClosed, QueueTimeout
+from litegate import _fair
+from litegate._fair import (
+    BOUNDED,
+    QUEUED,
+    READY,
+    STRICT,
+    UNFAIR,
+    Budget,
+    FairLock,
+    HandoffQueue,
+    QueueClosed,
+    QueueTimeout,
+)
 from tests.conftest import wait_until
 
 
@@ -28,8 +41,8 @@ class LockLike(Protocol):
 
 
 class FairLockAdapter:
-    def __init__(self) -> None:
-        self.lock = FairLock()
+    def __init__(self, budget: Budget) -> None:
+        self.lock = FairLock(budget)
 
     def acquire(self, timeout: float | None) -> bool:
         return self.lock.acquire(timeout)
@@ -90,19 +103,34 @@ class _DbAdapter:
         return int(self.db.stats()[section]["waiting"])
 
 
-PRIMITIVES = ["fairlock", "handoff-queue", "write-gate", "reader-pool"]
+# (primitive, policy): every lock-like thing, under each policy it has.
+PRIMITIVES = [
+    ("fairlock", "strict"),
+    ("fairlock", "bounded"),
+    ("write-gate", "strict"),
+    ("write-gate", "bounded"),
+    ("handoff-queue", "strict"),
+    ("reader-pool", "strict"),
+]
+POLICY = {"strict": STRICT, "bounded": BOUNDED}
 
 
-@pytest.fixture(params=PRIMITIVES)
+@pytest.fixture(params=PRIMITIVES, ids=lambda p: "-".join(p))
 def prim(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LockLike]:
-    if request.param == "fairlock":
-        yield FairLockAdapter()
-    elif request.param == "handoff-queue":
+    kind, policy = request.param
+    if kind == "fairlock":
+        yield FairLockAdapter(POLICY[policy])
+    elif kind == "handoff-queue":
         yield QueueAdapter()
     else:
-        db = litegate.connect(str(tmp_path / "f.db"), readers=1, timeout=10)
-        yield _DbAdapter(db, "gate" if request.param == "write-gate" else "pool")
+        fair: bool | str = True if policy == "bounded" else "strict"
+        db = litegate.connect(str(tmp_path / "f.db"), readers=1, timeout=10, fair=fair)
+        yield _DbAdapter(db, "gate" if kind == "write-gate" else "pool")
         db.close()
+
+
+def _strict(request: pytest.FixtureRequest) -> bool:
+    return bool(request.node.callspec.params["prim"][1] == "strict")
 
 
 def _queue_up(prim: LockLike, n: int, body: Callable[[int], None]) -> list[threading.Thread]:
@@ -116,7 +144,8 @@ def _queue_up(prim: LockLike, n: int, body: Callable[[int], None]) -> list[threa
     return threads
 
 
-def test_grants_in_arrival_order(prim: LockLike) -> None:
+def test_sleepers_are_granted_in_arrival_order(prim: LockLike) -> None:
+    """Every policy: waiters that sleep get the lock in the order they came."""
     order: list[int] = []
 
     def body(i: int) -> None:
@@ -132,9 +161,12 @@ def test_grants_in_arrival_order(prim: LockLike) -> None:
     assert order == list(range(8))
 
 
-def test_no_barging_newcomer_queues_behind_waiters(prim: LockLike) -> None:
-    """On release the resource goes straight to the waiter: a newcomer that
-    arrives before the waiter has even run must not get it."""
+def test_strict_newcomer_queues_behind_waiters(
+    prim: LockLike, request: pytest.FixtureRequest
+) -> None:
+    """Strict FIFO: on release the lock goes straight to the waiter; a
+    newcomer that arrives before the waiter has even run must not get it.
+    Bounded: a newcomer may take it (the waiter keeps the head of the line)."""
     got = threading.Event()
     leave = threading.Event()
 
@@ -147,8 +179,12 @@ def test_no_barging_newcomer_queues_behind_waiters(prim: LockLike) -> None:
     assert prim.acquire(10)
     (t,) = _queue_up(prim, 1, body)
     prim.release()
-    # The waiter may not have been scheduled yet; the resource is its anyway.
-    assert prim.acquire(0.05) is False
+    if _strict(request):
+        assert prim.acquire(0.05) is False  # the waiter's, though it may not have run yet
+    elif prim.acquire(0.05):  # the releaser may take it back, or the woken head got it first
+        assert not got.is_set()
+        assert prim.waiting == 1  # the waiter kept its place
+        prim.release()
     assert got.wait(10)
     leave.set()
     t.join()
@@ -185,6 +221,159 @@ def test_timed_out_waiter_leaves_queue_and_order_holds(prim: LockLike) -> None:
     for t in (first, q, third):
         t.join()
     assert order == [0, 2]
+
+
+# -- bounded fairness: the budget, exactly -----------------------------------------
+
+
+def _queued_waiter(lock: FairLock, got: list[str], name: str) -> threading.Thread:
+    def body() -> None:
+        assert lock.acquire(10)
+        got.append(name)
+        lock.release()
+
+    t = threading.Thread(target=body)
+    t.start()
+    wait_until(lambda: lock.waiting >= 1, what=f"{name} to queue")
+    return t
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_a_head_is_overtaken_at_most_k_times(k: int) -> None:
+    lock = FairLock(Budget(k, math.inf))
+    got: list[str] = []
+    assert lock.acquire(1)
+    t = _queued_waiter(lock, got, "waiter")
+    overtakes = 0
+    for _ in range(k + 3):
+        lock.release()  # the waiter may run now, or we take the lock back first
+        if not lock.acquire(0):  # strictly a barge: no waiting
+            break
+        if got:
+            lock.release()  # the woken waiter had it and gave it back: nothing to measure
+            break
+        overtakes += 1
+    else:
+        lock.release()
+    t.join(10)
+    assert got == ["waiter"]
+    assert overtakes <= k  # never more than its budget ...
+    if overtakes == k:  # ... and once spent, the lock was handed over
+        assert lock.handoffs == 1
+
+
+def test_the_budget_is_handed_over_deterministically() -> None:
+    """With the waiter asleep (it cannot run while we hold the only path to
+    it), the count is exact: k overtakes, then a direct hand-off that no
+    newcomer can take."""
+    k = 3
+    lock = FairLock(Budget(k, math.inf))
+    assert lock.acquire(1)
+    w = lock.enqueue(lambda: None)[2]  # a queued waiter that is told, and never runs
+    assert w is not None
+    for i in range(k):
+        lock.release()
+        assert lock.acquire(0), f"overtake {i + 1} of {k}"
+        assert w.overtaken == i + 1
+    lock.release()  # the budget is spent: handed straight to the waiter
+    assert lock.locked
+    assert lock.acquire(0) is False  # nobody barges past a granted head
+    assert lock.claim(w) == (READY, None)
+    assert lock.handoffs == 1
+    lock.release()
+    assert not lock.locked
+
+
+def test_the_time_budget_uses_the_heads_waiting_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake clock: the head is overtaken freely until it has waited T,
+    then the next release hands over; the bookkeeping restarts for the
+    next head."""
+    now = [1000.0]
+    monkeypatch.setattr(_fair, "_now", lambda: now[0])
+    lock = FairLock(Budget(math.inf, 0.005))
+    assert lock.acquire(1)
+    a = lock.enqueue(lambda: None)[2]
+    b = lock.enqueue(lambda: None)[2]
+    assert a is not None
+    assert b is not None
+    for step in range(4):  # 0, 1, 2, 3 ms: within T
+        now[0] = 1000.0 + step * 0.001
+        lock.release()
+        assert lock.acquire(0)
+    assert a.overtaken == 4
+    now[0] = 1000.005  # a has waited T at the head
+    lock.release()
+    assert lock.claim(a) == (READY, None)  # handed over
+    assert b.head_since == 1000.005  # b became the head now: its clock starts here
+    assert b.overtaken == 0
+    now[0] = 1000.008
+    lock.release()  # b has waited 3 ms: within T, so the lock is free again
+    assert not lock.locked
+    assert lock.acquire(0)  # barging resumed: nothing sticky
+    assert b.overtaken == 1
+    lock.release()
+    assert lock.claim(b) == (READY, None)  # the woken b takes the free lock
+    lock.release()
+
+
+def test_at_most_one_woken_waiter() -> None:
+    lock = FairLock(Budget(math.inf, math.inf))
+    assert lock.acquire(1)
+    told: list[str] = []
+    waiters = [lock.enqueue(lambda n=n: told.append(n))[2] for n in "abc"]  # type: ignore[misc]
+    for _ in range(5):  # release and take back, again and again
+        lock.release()
+        assert lock.acquire(0)
+    assert told == ["a"]  # the head was told once; nobody else, however often released
+    head = waiters[0]
+    assert head is not None
+    assert lock.claim(head) == (QUEUED, None)  # it lost: still the head
+    lock.release()
+    assert told == ["a", "a"]  # told again, still only the head
+    for w in waiters:
+        assert w is not None
+        lock.cancel(w)
+    assert lock.waiting == 0
+    assert not lock.locked
+
+
+def test_unfair_never_hands_over() -> None:
+    lock = FairLock(UNFAIR)
+    assert lock.acquire(1)
+    w = lock.enqueue(lambda: None)[2]
+    assert w is not None
+    for _ in range(1000):
+        lock.release()
+        assert lock.acquire(0)
+    assert lock.handoffs == 0
+    assert w.overtaken == 1000
+    lock.release()
+    assert lock.claim(w) == (READY, None)
+    lock.release()
+
+
+def test_strict_budget_is_fifo_with_direct_handoff() -> None:
+    lock = FairLock(STRICT)
+    assert lock.acquire(1)
+    w = lock.enqueue(lambda: None)[2]
+    assert w is not None
+    lock.release()
+    assert lock.locked  # handed over, not freed
+    assert lock.acquire(0) is False
+    assert lock.claim(w) == (READY, None)
+    lock.release()
+
+
+def test_vacant_hook_runs_when_the_last_waiter_gives_up() -> None:
+    calls: list[str] = []
+    lock = FairLock(BOUNDED, on_vacant=lambda: calls.append("vacant"))
+    assert lock.acquire(1)
+    w = lock.enqueue(lambda: None)[2]
+    assert w is not None
+    lock.release()  # wakes w; the lock is free but w is on its way
+    assert calls == []
+    lock.cancel(w)  # w gives up before it ran: nobody left
+    assert calls == ["vacant"]
 
 
 def test_pool_of_five_hands_back_in_order() -> None:
@@ -265,7 +454,7 @@ def test_failed_open_passes_capacity_to_a_waiter() -> None:
 
 
 def test_close_wakes_every_waiter() -> None:
-    lock = FairLock()
+    lock = FairLock(STRICT)
     assert lock.acquire(1)
     results: list[str] = []
 

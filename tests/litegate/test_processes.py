@@ -100,7 +100,7 @@ def test_sigkill_while_holding_the_gate(db: litegate.Database, db_path: str, met
     t = threading.Thread(target=waiter)
     t.start()
     wait_until(
-        lambda: workers.blocked_ofd_waiters(db_path + "-litegate") == 1,
+        lambda: workers.queued_writers(db_path + "-litegate") == 1,
         what="our writer to block on the dead-to-be holder",
     )
     assert not done.is_set()
@@ -129,19 +129,19 @@ def test_sigkill_while_waiting_for_the_gate(
         victim.start()
         assert started.wait(30)
         wait_until(
-            lambda: workers.blocked_ofd_waiters(db_path + "-litegate") == 1,
+            lambda: workers.queued_writers(db_path + "-litegate") == 1,
             what="the victim to block on the gate",
         )
         survivor.start()
         wait_until(
-            lambda: workers.blocked_ofd_waiters(db_path + "-litegate") == 2,
+            lambda: workers.queued_writers(db_path + "-litegate") == 2,
             what="the survivor to block on the gate",
         )
         assert victim.pid is not None
         os.kill(victim.pid, signal.SIGKILL)
         victim.join()
         wait_until(
-            lambda: workers.blocked_ofd_waiters(db_path + "-litegate") == 1,
+            lambda: workers.queued_writers(db_path + "-litegate") == 1,
             what="the kernel to drop the victim's request",
         )
     survivor.join(30)
@@ -234,7 +234,7 @@ def test_fork_while_parent_holds_the_gate(db: litegate.Database, db_path: str) -
                 os._exit(code)
         os.close(w)
         wait_until(
-            lambda: workers.blocked_ofd_waiters(db_path + "-litegate") == 1,
+            lambda: workers.queued_writers(db_path + "-litegate") == 1,
             what="the child to queue behind the parent",
         )
     _, status = os.waitpid(pid, 0)

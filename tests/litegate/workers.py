@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
 
 import litegate
+from litegate import _filelock
 
 
 def on_threads(n: int, body: Callable[[int], None]) -> None:
@@ -107,12 +110,29 @@ def foreign_writer(path: str, ready: Event, hold: float) -> None:
     conn.close()
 
 
-def blocked_ofd_waiters(path: str) -> int:
-    """How many OFD lock requests are blocked on ``path`` (from /proc/locks)."""
-    st = os.stat(path)
-    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    with open("/proc/locks") as f:
-        return sum(1 for line in f if "->" in line and ident in line)
+def queued_writers(path: str) -> int:
+    """How many writers are queued for the gate of lock file ``path``: the
+    tickets in its queue whose slot lock is still held (a dead waiter's
+    record stays, but the kernel dropped its lock)."""
+    table = _filelock.read_queue(path)
+    if table is None:
+        return 0
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        alive = 0
+        for _t, slot, _state in table[1]:
+            probe = struct.pack(
+                "hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, _filelock._SLOT_LOCK_BASE + slot, 1, 0
+            )
+            got = fcntl.fcntl(fd, _GETLK, probe)
+            if struct.unpack("hhqqixxxx", got)[0] != fcntl.F_UNLCK:
+                alive += 1
+        return alive
+    finally:
+        os.close(fd)
+
+
+_GETLK: int = getattr(fcntl, "F_OFD_GETLK", 36)
 
 
 def ack_writer(path: str, acks: str, threads: int, start_at: int) -> None:

@@ -43,6 +43,13 @@ process is inside its block to the first moment the other is inside its
 next one (so it includes the COMMIT, the release, the wake-up across
 processes and ``BEGIN IMMEDIATE``); CLOCK_MONOTONIC is shared by the
 processes. p50/p99/max in microseconds.
+
+Part 5, processes: P single-threaded processes (P = 2, 4, 8) writing
+one-row transactions for a few seconds, plain ``sqlite3`` (busy_timeout), one
+OFD lock around ``sqlite3``, and litegate strict, bounded (the default) and
+unfair side by side: writes per second, Jain's index over the processes,
+p50/p99/max per write, and the gate's share of forced hand-offs (see
+``_writers.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from typing import Any
 import litegate
 import litegate.aio
 
+from . import _writers
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
@@ -89,8 +97,11 @@ class Config:
     async_writes: int = 20  # per task, 1,000 tasks
     thread_writes: int = 2_500  # per thread, 8 threads
     compare: tuple[str, str] | None = None
-    parts: tuple[str, ...] = ("latency", "throughput", "tail", "handoff")
+    parts: tuple[str, ...] = ("latency", "throughput", "tail", "handoff", "processes")
     handoffs: int = 2_000  # write blocks per process in the hand-off part
+    procs: tuple[int, ...] = (2, 4, 8)  # the processes part: how many writers
+    proc_seconds: float = 3.0  # ... writing for this long, each side
+    proc_sides: tuple[str, ...] = _writers.SIDES
     noise_k: float = 2.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -494,6 +505,8 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
         steps += 1
     if "handoff" in cfg.parts:
         steps += cfg.runs
+    if "processes" in cfg.parts:
+        steps += cfg.runs * len(cfg.procs) * len(cfg.proc_sides)
     progress.total = float(steps)
     runs: list[dict[str, Any]] = []
     for run_no in range(1, cfg.runs + 1):
@@ -526,6 +539,15 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
             progress.describe(f"run {run_no}/{cfg.runs}: cross-process hand-off, 2 processes")
             one["handoff"] = run_handoff(cfg.handoffs)
             progress.advance()
+        if "processes" in cfg.parts:
+            one["processes"] = {}
+            for procs in cfg.procs:
+                for side in cfg.proc_sides:  # interleaved per run: drift hits every side
+                    progress.describe(f"run {run_no}/{cfg.runs}: {procs} processes writing, {side}")
+                    one["processes"][f"{procs}/{side}"] = _writers.run_side(
+                        side, procs, cfg.proc_seconds
+                    )
+                    progress.advance()
         runs.append(one)
     result: dict[str, Any] = {
         "experiment": NAME,
@@ -569,6 +591,15 @@ def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
                 for key in keys
             }
         out["throughput"] = thr
+    if runs and "processes" in runs[0]:
+        out["processes"] = {
+            cell: {
+                key: summarise([r["processes"][cell][key] for r in runs]).to_json()
+                for key, v in runs[0]["processes"][cell].items()
+                if isinstance(v, float)
+            }
+            for cell in runs[0]["processes"]
+        }
     return out
 
 
@@ -680,7 +711,72 @@ def render(result: dict[str, Any]) -> str:
             f"max {med['max'] / 1000:.2f} ms; overlapping blocks: "
             f"{sum(h['overlaps'] for h in hand)} (must be 0)"
         )
+    if "processes" in summary:
+        parts.append("")
+        parts.append(_render_processes(summary["processes"], what, runs))
     return "\n".join(parts)
+
+
+def _render_processes(cells: dict[str, Any], what: str, runs: int) -> str:
+    cols = [
+        Column("P"),
+        Column("SIDE", "left"),
+        Column("WRITES/s"),
+        Column("vs sqlite3"),
+        Column("JAIN"),
+        Column("RSD"),
+        Column("P50 ms"),
+        Column("P99 ms"),
+        Column("MAX ms"),
+        Column("HAND-OFFS"),
+    ]
+    if runs > 1:
+        cols.append(Column("CV w/s"))
+    groups = []
+    verdicts = []
+    for procs in sorted({int(c.split("/")[0]) for c in cells}):
+        rows = []
+        base = cells.get(f"{procs}/sqlite3", {}).get("per_s", {}).get("median", 0.0)
+        for cell, s in cells.items():
+            if int(cell.split("/")[0]) != procs:
+                continue
+            side = cell.split("/", 1)[1]
+            per_s = s["per_s"]["median"]
+            ratio = per_s / base if base else float("nan")
+            share = s.get("handoff_share", {}).get("median")
+            row = [
+                str(procs),
+                side,
+                f"{per_s:,.0f}",
+                f"{ratio:.2f}x",
+                f"{s['jain']['median']:.3f}",
+                fmt_pct(s["rsd"]["median"]),
+                f"{s['p50_us']['median'] / 1000:.2f}",
+                f"{s['p99_us']['median'] / 1000:.2f}",
+                f"{s['max_us']['median'] / 1000:.1f}",
+                "-" if share is None else fmt_pct(share),
+            ]
+            if runs > 1:
+                row.append(fmt_pct(s["per_s"]["cv"]))
+            rows.append(row)
+            if side == "bounded":
+                ok = (
+                    ratio >= 0.9
+                    and s["jain"]["median"] >= 0.98
+                    and s["p99_us"]["median"] <= 5000
+                    and s["max_us"]["median"] <= 25_000
+                )
+                verdicts.append(f"P={procs}: {'met' if ok else 'MISSED'}")
+        groups.append(rows)
+    head = (
+        f"-- P single-threaded processes, one-row write transactions ({what}); HAND-OFFS: "
+        "share of cross-process grants forced by a head's spent budget"
+    )
+    foot = (
+        "targets for bounded: >= 0.9x sqlite3, Jain >= 0.98, p99 <= 5 ms, max <= 25 ms: "
+        + ", ".join(verdicts)
+    )
+    return "\n".join([head, seed_table(cols, groups), foot])
 
 
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
@@ -728,7 +824,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--only",
-        choices=("latency", "throughput", "tail", "handoff"),
+        choices=("latency", "throughput", "tail", "handoff", "processes"),
         action="append",
         help="run only this part (repeatable)",
     )
@@ -748,6 +844,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.ops, cfg.tail_inserts = 3_000, 20_000
         cfg.durable_writes, cfg.async_writes, cfg.thread_writes = 40, 5, 600
         cfg.handoffs = 300
+        cfg.procs, cfg.proc_seconds = (2, 4), 1.0
     if args.ops is not None:
         if args.ops < 100:
             raise ValueError("--ops must be at least 100")

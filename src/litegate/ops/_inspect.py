@@ -10,7 +10,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from .._filelock import read_queue, slot_of_lock
+from .._filelock import is_gate_lock, read_counters, read_queue, slot_of_lock
 
 # SQLite's locks (os_unix.c, wal.c): in WAL mode, byte 120 of the -shm file
 # is the write lock, 121 the checkpointer's, 123..127 the read marks; in
@@ -119,9 +119,9 @@ def _dedupe(s: SqliteLocks) -> SqliteLocks:
 
 @dataclass
 class Ticket:
-    ticket: int
+    ticket: int  # a waiter's ticket; for the holder, the number of its grant
     state: str
-    pid: int | None  # the process whose open sidecar holds the ticket's slot lock
+    pid: int | None  # the process whose open sidecar holds the lock
 
 
 @dataclass
@@ -132,14 +132,19 @@ class GateSnapshot:
     sidecar: bool  # the -litegate file exists
     valid: bool  # and is a litegate lock file
     next_ticket: int = 0
+    grants: int = 0  # grants of the gate across processes so far
     holder: Ticket | None = None
     waiting: list[Ticket] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # processes with the sidecar open
 
 
+_GATE_SLOT = -1  # the key of the gate lock's holder in _slot_owners
+
+
 def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
-    """slot -> pid holding that slot's lock, and every pid with the sidecar
-    open (from /proc/<pid>/fd and fdinfo; processes this user may read)."""
+    """slot -> pid holding that slot's lock (key -1: the gate lock), and
+    every pid with the sidecar open (from /proc/<pid>/fd and fdinfo;
+    processes this user may read)."""
     ident = _ident(sidecar)
     owners: dict[int, int] = {}
     pids: set[int] = set()
@@ -166,7 +171,9 @@ def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
             for line in info:
                 if line.startswith("lock:"):
                     lk = _parse_lock(line.split("\t", 1)[1])
-                    slot = None if lk is None or lk.blocked else slot_of_lock(lk.start)
+                    if lk is None or lk.blocked:
+                        continue
+                    slot = _GATE_SLOT if is_gate_lock(lk.start) else slot_of_lock(lk.start)
                     if slot is not None:
                         owners[slot] = pid
     return owners, sorted(pids)
@@ -181,13 +188,15 @@ def gate_snapshot(path: str) -> GateSnapshot:
     if table is None:
         return GateSnapshot(sidecar=True, valid=False)
     nxt, live = table
+    counters = read_counters(sidecar) or {}
     owners, pids = _slot_owners(sidecar)
-    snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, pids=pids)
+    grants = int(counters.get("grants", 0))
+    snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, grants=grants, pids=pids)
+    holder = owners.get(_GATE_SLOT)
+    if holder is not None:  # the kernel says who holds the gate lock, right now
+        snap.holder = Ticket(grants, "holding", holder)
     for t, slot, state in live:
-        if state == "holding":
-            snap.holder = Ticket(t, state, owners.get(slot))
-        elif state == "waiting":
-            snap.waiting.append(Ticket(t, state, owners.get(slot)))
+        snap.waiting.append(Ticket(t, state, owners.get(slot)))
     return snap
 
 

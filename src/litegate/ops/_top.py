@@ -53,7 +53,7 @@ class View:
         if s.wal is not None and prev.wal is not None:
             self.commits_per_s = max(0, s.wal.changes - prev.wal.changes) / dt
             self.backfill_per_s = max(0, s.wal.backfilled - prev.wal.backfilled) / dt
-        self.grants_per_s = max(0, s.gate.next_ticket - prev.gate.next_ticket) / dt
+        self.grants_per_s = max(0, s.gate.grants - prev.gate.grants) / dt
 
 
 def sample(path: str) -> Sample:

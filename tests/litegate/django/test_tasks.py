@@ -174,7 +174,12 @@ def test_sigkill_of_the_worker_mid_task_runs_it_again(tmp_path: Path) -> None:
     result = slow.enqueue(flag, 30.0)
     first = _worker("--lease", "1")
     try:
-        wait_until(lambda: os.path.exists(flag), 60, "the task to start")
+        # the file appears at open(), its line a moment later: wait for the line
+        wait_until(
+            lambda: os.path.exists(flag) and Path(flag).read_text().endswith("\n"),
+            60,
+            "the task to start",
+        )
         assert slow.get_result(result.id).status == TaskResultStatus.RUNNING
         os.kill(first.pid, signal.SIGKILL)
     finally:

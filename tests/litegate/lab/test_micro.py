@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from litegate.lab import micro
+from litegate.lab import _writers, micro
 
 
 def test_parse_setting() -> None:
@@ -38,8 +38,9 @@ def _args(**kw: object) -> argparse.Namespace:
 def test_config_from_args() -> None:
     cfg = micro.config_from_args(_args())
     assert cfg.ops == 3_000
-    assert cfg.parts == ("latency", "throughput", "tail", "handoff")
+    assert cfg.parts == ("latency", "throughput", "tail", "handoff", "processes")
     assert cfg.handoffs == 300
+    assert cfg.procs == (2, 4)
     cfg = micro.config_from_args(_args(compare=["checkpoints=true", "checkpoints=false"]))
     assert cfg.parts == ("latency",)
     with pytest.raises(ValueError, match="--ops"):
@@ -58,6 +59,7 @@ def test_tiny_run_end_to_end() -> None:
         async_writes=1,
         thread_writes=20,
         handoffs=50,
+        parts=("latency", "throughput", "tail", "handoff"),
     )
     result = micro.run(cfg)
     assert result["sides"] == ["sqlite3", "litegate"]
@@ -92,6 +94,30 @@ def test_tiny_run_end_to_end() -> None:
         assert 0 < hand["handoffs"] <= 99
         assert 0 <= hand["p50"] <= hand["p99"] <= hand["max"]
     assert "cross-process hand-off, 2 processes alternating" in text
+
+
+def test_processes_part_runs_every_side() -> None:
+    cfg = micro.Config(parts=("processes",), procs=(2,), proc_seconds=0.3)
+    result = micro.run(cfg)
+    (run,) = result["runs"]
+    assert set(run["processes"]) == {f"2/{side}" for side in _writers.SIDES}
+    for cell in run["processes"].values():
+        assert cell["writes"] == cell["committed"] > 0  # every counted write is in the file
+        assert len(cell["counts"]) == 2
+        assert 0.5 <= cell["jain"] <= 1.0
+        assert 0 < cell["p50_us"] <= cell["p99_us"] <= cell["max_us"]
+    for side in ("strict", "bounded", "unfair"):
+        assert run["processes"][f"2/{side}"]["grants"] >= 1
+    text = micro.render(result)
+    assert "P single-threaded processes" in text
+    assert "targets for bounded" in text
+
+
+def test_jain_and_rsd() -> None:
+    assert _writers.jain([5, 5, 5, 5]) == 1.0
+    assert _writers.jain([10, 0, 0, 0]) == 0.25
+    assert _writers.rsd([5, 5]) == 0.0
+    assert abs(_writers.rsd([1, 3]) - 0.5) < 1e-12
 
 
 def test_compare_mode_runs_two_configurations() -> None:

@@ -187,15 +187,24 @@ def _spawn_worker(side: str, lease: float, env: dict[str, str]) -> subprocess.Po
     )
 
 
+def _started(flag: str) -> bool:
+    """The task wrote its line (the file appears at open(), the line a moment
+    later: killed in between, the run would not be counted)."""
+    try:
+        return Path(flag).read_text().endswith("\n")
+    except OSError:
+        return False
+
+
 def _kill(side: str, db: str, tmp: str) -> dict[str, Any]:
     flag = os.path.join(tmp, f"{side}.flag")
     tid = _in_child(jobs.enqueue_slow, side, db, flag, 30.0)
     env = _env(side, db)
     first = _spawn_worker(side, 2.0, env)
     deadline = time.monotonic() + 60
-    while not os.path.exists(flag) and time.monotonic() < deadline and first.poll() is None:
+    while not _started(flag) and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.01)
-    started = os.path.exists(flag)
+    started = _started(flag)
     os.kill(first.pid, signal.SIGKILL)
     _stop(first, 10)
     t0 = time.monotonic()

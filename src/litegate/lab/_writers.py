@@ -1,0 +1,163 @@
+"""P single-threaded processes writing one-row transactions as fast as they
+can: the gate's policy against what users run instead (issue 18).
+
+Every side runs the same statements (``BEGIN IMMEDIATE``, one ``INSERT``,
+``COMMIT``) in P spawned processes for the same few seconds, on a fresh
+database in WAL mode with ``synchronous=NORMAL``:
+
+- ``sqlite3``: plain ``sqlite3`` with SQLite's busy handler
+  (``busy_timeout``), the unfair default;
+- ``ofd-lock``: one plain OFD ``fcntl`` lock around each transaction (the
+  kernel's wake-up order, and the releaser may take it straight back);
+- ``strict``: litegate ``fair="strict"``, a FIFO hand-off per transaction;
+- ``bounded``: litegate ``fair=True``, the default;
+- ``unfair``: litegate ``fair=False``, unbounded barging.
+
+Per side: committed writes per second, Jain's fairness index over the
+processes' counts (1.0: equal shares) and their relative standard deviation,
+p50/p99/max per write (from asking to COMMIT done), and for litegate the
+gate's own counters (grants across processes, forced hand-offs, barges).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import multiprocessing as mp
+import os
+import sqlite3
+import struct
+import time
+from contextlib import closing
+from typing import Any
+
+from ._procs import reap
+from ._stats import describe
+
+SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair")
+_FAIR: dict[str, bool | str] = {"strict": "strict", "bounded": True, "unfair": False}
+
+
+def jain(counts: list[int]) -> float:
+    """Jain's fairness index: 1.0 when every count is equal, 1/n when one
+    worker did everything."""
+    total = sum(counts)
+    squares = sum(c * c for c in counts)
+    return (total * total) / (len(counts) * squares) if squares else 1.0
+
+
+def rsd(counts: list[int]) -> float:
+    """Relative standard deviation of the counts (0: equal shares)."""
+    mean = sum(counts) / len(counts)
+    if not mean:
+        return 0.0
+    return math.sqrt(sum((c - mean) ** 2 for c in counts) / len(counts)) / mean
+
+
+def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None:
+    clock = time.monotonic  # CLOCK_MONOTONIC: shared by the processes
+    lat: list[int] = []
+    n = 0
+    if side in _FAIR:
+        import litegate
+
+        db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+
+        def one() -> None:
+            with db.write() as conn:
+                conn.execute("INSERT INTO w(v) VALUES ('x')")
+
+        close: Any = db.close
+    else:
+        conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        lock_fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
+        lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+        setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+        setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+
+        def tx() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO w(v) VALUES ('x')")
+            conn.execute("COMMIT")
+
+        if side == "ofd-lock":
+
+            def one() -> None:
+                fcntl.fcntl(lock_fd, setlkw, lk)
+                try:
+                    tx()
+                finally:
+                    fcntl.fcntl(lock_fd, setlk, unlk)
+
+        else:
+            one = tx
+
+        def close() -> None:
+            conn.close()
+            os.close(lock_fd)
+
+    barrier.wait(120)  # every process is up, connected and ready
+    end = clock() + seconds
+    while True:
+        t0 = clock()
+        if t0 >= end:
+            break
+        one()
+        lat.append(int((clock() - t0) * 1e6))
+        n += 1
+    close()
+    out.put((os.getpid(), n, lat))
+
+
+def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
+    """One side, P processes, ``seconds`` of writes on a fresh database."""
+    import tempfile
+
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="litegate-writers-") as d:
+        path = os.path.join(d, "w.db")
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+        out = ctx.Queue()
+        barrier = ctx.Barrier(procs)
+        ps = [
+            ctx.Process(target=_child, args=(side, path, barrier, seconds, out))
+            for _ in range(procs)
+        ]
+        for p in ps:
+            p.start()
+        got = [out.get(timeout=seconds + 120) for _ in ps]
+        reap(ps, out, timeout=60)
+        with closing(sqlite3.connect(path)) as conn:
+            committed = int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
+        counters = None
+        if side in _FAIR:
+            from litegate._filelock import read_counters
+
+            counters = read_counters(path + "-litegate")
+    counts = [n for _pid, n, _lat in got]
+    lat = [float(x) for _pid, _n, lats in got for x in lats]
+    figures = describe(lat) if lat else {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    result: dict[str, Any] = {
+        "side": side,
+        "processes": procs,
+        "seconds": seconds,
+        "writes": sum(counts),
+        "committed": committed,  # must equal writes
+        "per_s": sum(counts) / seconds,
+        "jain": jain(counts),
+        "rsd": rsd(counts),
+        "counts": counts,
+        "p50_us": figures["p50"],
+        "p99_us": figures["p99"],
+        "max_us": figures["max"],
+    }
+    if counters is not None:
+        grants = max(1, counters["grants"])
+        result["grants"] = counters["grants"]
+        result["handoff_share"] = counters["handoffs"] / grants
+        result["barge_share"] = counters["barges"] / max(1, sum(counts))
+    return result
