@@ -428,8 +428,13 @@ class ProcessLock:
         table, slot = self._map, t % SLOTS
         off = _HEADER + slot * _SLOT_SIZE
         rec = self._record(t)
-        self.last_head_ns = time.monotonic_ns()
-        _SLOT.pack_into(table, off, t, HEAD, rec[2], self.last_head_ns, 0, rec[5], rec[6], rec[7])
+        if rec[1] == HEAD:  # made the head by its predecessor: its clock runs since then
+            self.last_head_ns = rec[3]
+        else:
+            self.last_head_ns = time.monotonic_ns()
+            _SLOT.pack_into(
+                table, off, t, HEAD, rec[2], self.last_head_ns, 0, rec[5], rec[6], rec[7]
+            )
         _U64.pack_into(table, _H_HEAD, t + 1)
         wake = self._wake
         while True:
@@ -447,10 +452,28 @@ class ProcessLock:
                 wake.wait(seen, min(left, self.HEAD_CHECK_SECONDS))
             elif not self._wait_free(_GATE_LOCK, _GATE_UNLOCK, deadline):
                 return False
-        # ours: leave the queue (our successor becomes the head)
+        # Ours: leave the queue, and make our successor the head at once (it
+        # will take a moment to wake up, and the head's budget protects it
+        # from bargers meanwhile; a head that never comes, because it died or
+        # gave up, only makes the next ones queue until a live one is head).
         rec = self._record(t)
         _SLOT.pack_into(table, off, t, HOLDING, *rec[2:])
-        if _U64.unpack_from(table, _H_HEAD)[0] == t + 1:
+        nxt = self._record(t + 1)
+        if nxt[0] == t + 1 and nxt[1] == WAITING:
+            _SLOT.pack_into(
+                table,
+                _HEADER + ((t + 1) % SLOTS) * _SLOT_SIZE,
+                t + 1,
+                HEAD,
+                nxt[2],
+                time.monotonic_ns(),
+                0,
+                nxt[5],
+                nxt[6],
+                nxt[7],
+            )
+            _U64.pack_into(table, _H_HEAD, t + 2)
+        elif _U64.unpack_from(table, _H_HEAD)[0] == t + 1:
             _U64.pack_into(table, _H_HEAD, 0)
         self._granted(overtook=False)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
