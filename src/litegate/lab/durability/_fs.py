@@ -30,9 +30,10 @@ The model, in the terms of a machine with a volatile page cache and a disk:
   thrown away (``keep`` = 0, the default, as LazyFS does), or a random part
   of it reaches the disk (``keep`` = p: each changed 4 KiB block of a file
   with a durable name is written with probability p, a pending size change
-  with probability p, and each directory keeps a random prefix of its
-  pending name changes), which stands for the kernel's background writeback
-  and for a sync that the cut interrupted. Then it unmounts; the next mount
+  with probability p, and each directory's pending name changes reach the
+  disk in order, each with probability p, up to the first that does not, as
+  a journal commits them), which stands for the kernel's background
+  writeback and for a sync that the cut interrupted. Then it unmounts; the next mount
   starts from the disk with a cold page cache.
 
 Not modelled: a sector that the cut leaves half-written with garbage (a
@@ -119,6 +120,7 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
         self._frozen = False
         self._view: dict[str, Node | _Dir | None] = {}  # path -> node, DIR, None (gone)
         self._pending: dict[str, list[tuple[Any, ...]]] = {}  # dir -> name changes
+        self._dir_synced: dict[str, list[tuple[Any, ...]]] = {}  # synced in a nameless dir
         self._handles: dict[int, Node] = {}
         self._dir_handles: dict[int, str] = {}
         self._next_fh = 1
@@ -192,8 +194,15 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
         return fh
 
     def _forget(self, node: Node) -> None:
-        if node.opens == 0 and node.durable is None:
-            self._nodes.pop(node.ino, None)
+        """Drop a node nothing can reach any more: no handle, no durable
+        name, no name in the view, no pending change that names it."""
+        if node.opens or node.durable is not None:
+            return
+        if any(v is node for v in self._view.values()):
+            return
+        if any(c[0] == "link" and c[2] is node for cs in self._pending.values() for c in cs):
+            return
+        self._nodes.pop(node.ino, None)
 
     # -- setup ------------------------------------------------------------
     def init_with_config(self, conn: Any, config: Any) -> None:
@@ -434,6 +443,11 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
             changes, rest = changes[:upto], changes[upto:]
             if rest:
                 self._pending[where] = rest
+        if not os.path.isdir(self._disk(where)):
+            # synced, but the directory itself has no durable name yet: its
+            # entries reach the disk when it does (like a file's nameless content)
+            self._dir_synced.setdefault(where, []).extend(changes)
+            return len(changes)
         for change in changes:
             kind, name = change[0], change[1]
             path = os.path.join(where, name)
@@ -454,7 +468,14 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
             elif kind == "unlink":
                 self._drop_durable(path)
             elif kind == "mkdir":
-                os.makedirs(disk, exist_ok=True)
+                os.mkdir(disk)
+                synced = self._dir_synced.pop(path, [])
+                if synced:  # what was synced in it before it had a name
+                    later = self._pending.pop(path, [])
+                    self._pending[path] = synced
+                    self._sync_dir(path)
+                    if later:
+                        self._pending[path] = later
             elif kind == "rmdir":
                 os.rmdir(disk)
         return len(changes)
@@ -480,6 +501,8 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
                 raise mfusepy.FuseOSError(errno.EISDIR)
             self._view[path] = None
             self._log(path, "unlink", os.path.basename(path))
+            assert isinstance(node, Node)
+            self._forget(node)
             return 0
 
     def rename(self, old: str, new: str, flags: int = 0) -> int:
@@ -574,11 +597,16 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
                 raise RuntimeError("drop() before freeze()")
             if keep > 0:
                 for where in sorted(self._pending):
-                    kept_names += self._sync_dir(where, rng.randint(0, len(self._pending[where])))
+                    # in order, each with probability keep, until one did not make it
+                    upto = 0
+                    while upto < len(self._pending[where]) and rng.random() < keep:
+                        upto += 1
+                    kept_names += self._sync_dir(where, upto)
                 for node in list(self._nodes.values()):
                     kept_blocks += self._sync_file(node, keep=keep, rng=rng)
             self._view.clear()
             self._pending.clear()
+            self._dir_synced.clear()
             self._nodes.clear()
         return {"keep": keep, "seed": seed, "kept_name_changes": kept_names,
                 "kept_blocks": kept_blocks}  # fmt: skip

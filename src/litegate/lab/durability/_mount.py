@@ -10,7 +10,6 @@ here, if it cannot.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -95,12 +94,17 @@ def users(mountpoint: str, *, exclude: set[int] | frozenset[int] = frozenset()) 
             continue
         base = f"/proc/{pid}"
         try:
-            links = [os.readlink(f"{base}/{name}") for name in ("cwd", "root", "exe")]
+            names = ["cwd", "root", "exe", *(f"fd/{fd}" for fd in os.listdir(f"{base}/fd"))]
         except OSError:
-            links = []  # gone, a zombie, or a kernel thread
-        with contextlib.suppress(OSError):
-            links += [os.readlink(f"{base}/fd/{fd}") for fd in os.listdir(f"{base}/fd")]
-        hit = any(inside(p) for p in links)
+            names = ["cwd", "root", "exe"]  # gone, or not ours to look at
+        hit = False
+        for name in names:
+            try:  # one at a time: a descriptor may be closed while we look
+                hit = inside(os.readlink(f"{base}/{name}"))
+            except OSError:
+                continue
+            if hit:
+                break
         if not hit:
             try:
                 with open(f"{base}/maps", encoding="utf-8", errors="replace") as f:
@@ -315,11 +319,9 @@ class PowerCutMount:
         if self.proc is None:
             return
         try:
-            if clean and self.proc.poll() is None:
-                self.sync()
-                self.request("freeze")
-                self.request("drop", keep=0.0, seed=0)
-            elif self.proc.poll() is None:
+            if self.proc.poll() is None:
+                if clean and not self.status()["frozen"]:
+                    self.sync()
                 self.request("freeze")
                 self.request("drop", keep=0.0, seed=0)
         finally:
