@@ -128,6 +128,8 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
         self._nodes: dict[int, Node] = {}  # every node with a durable name or an open handle
         self.counters = Counters()
         self.want = 0  # the capabilities the kernel was left with (for tests)
+        self._next = threading.Event()  # set by "mount" or "exit" once unmounted
+        self._exit = False
 
     # -- helpers ----------------------------------------------------------
     def _disk(self, path: str) -> str:
@@ -618,6 +620,29 @@ class PowerCutFS(mfusepy.Operations):  # type: ignore[misc]
             blocks = sum(self._sync_file(n) for n in list(self._nodes.values()))
             return {"name_changes": names, "blocks": blocks}
 
+    def wait_for_remount(self) -> bool:
+        """After an unmount: True once told to mount again (and ready to:
+        empty and thawed), False when told to exit."""
+        self._next.wait()
+        with self._lock:
+            self._next.clear()
+            if self._exit:
+                return False
+            self._view.clear()
+            self._pending.clear()
+            self._dir_synced.clear()
+            self._nodes.clear()
+            self._handles.clear()
+            self._dir_handles.clear()
+            self._frozen = False
+            return True
+
+    def remount(self, *, exit: bool = False) -> dict[str, Any]:
+        with self._lock:
+            self._exit = exit
+        self._next.set()
+        return {}
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             out = self._unsynced()
@@ -678,6 +703,10 @@ def serve_control(fs: PowerCutFS, sock_path: str) -> threading.Thread:
                         reply = fs.drop(float(req.get("keep", 0.0)), int(req.get("seed", 0)))
                     elif cmd == "sync":
                         reply = fs.sync()
+                    elif cmd == "mount":
+                        reply = fs.remount()
+                    elif cmd == "exit":
+                        reply = fs.remount(exit=True)
                     else:
                         raise ValueError(f"unknown command {cmd!r}")
                     reply = {"ok": True, **reply}
@@ -705,16 +734,21 @@ def main(argv: list[str]) -> int:
     os.chdir("/")  # never hold the mount (or anything under it) as our cwd
     fs = PowerCutFS(backing)
     serve_control(fs, control)
-    _FUSE(
-        fs,
-        mountpoint,
-        foreground=True,
-        raw_fi=True,
-        fsname="litegate-powercut",
-        subtype="powercut",
-        allow_other=os.geteuid() == 0,
-    )
-    return 0
+    while True:
+        # Mounted until the controller unmounts it (after a cut, or to stop);
+        # then it waits for "mount" (a remount after a cut: a new FUSE
+        # connection, so the kernel's page cache starts cold too) or "exit".
+        _FUSE(
+            fs,
+            mountpoint,
+            foreground=True,
+            raw_fi=True,
+            fsname="litegate-powercut",
+            subtype="powercut",
+            allow_other=os.geteuid() == 0,
+        )
+        if not fs.wait_for_remount():
+            return 0
 
 
 if __name__ == "__main__":

@@ -147,7 +147,8 @@ class PowerCutMount:
         self._tmp = tempfile.mkdtemp(prefix="litegate-powercut-")
         self.control = os.path.join(self._tmp, "control.sock")
         self.log_path = os.path.join(self._tmp, "fs.log")
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None  # the server, while mounted
+        self._server: subprocess.Popen[bytes] | None = None  # the server, mounted or not
         self.cuts = 0
 
     def __repr__(self) -> str:
@@ -159,6 +160,11 @@ class PowerCutMount:
         """Mount (again): the filesystem starts from what ``backing`` holds."""
         if self.proc is not None:
             raise RuntimeError(f"{self.mountpoint} is already mounted by this object")
+        if self._server is not None and self._server.poll() is None:
+            self.proc = self._server  # unmounted after a cut, waiting: mount again
+            self.request("mount")
+            self._wait_mounted()
+            return
         problem = fuse_problem()
         if problem:
             raise FuseUnavailable(problem)
@@ -174,11 +180,16 @@ class PowerCutMount:
                  self.backing, self.mountpoint, self.control],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
             )  # fmt: skip
+        self._server = self.proc
+        self._wait_mounted()
+
+    def _wait_mounted(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + self.START_TIMEOUT
         while not (mounted(self.mountpoint) and self._answers()):
             if self.proc.poll() is not None:
                 code = self.proc.returncode
-                self.proc = None
+                self.proc = self._server = None
                 raise FuseUnavailable(
                     f"the power-cut filesystem exited with status {code} while mounting "
                     f"{self.mountpoint}: {self._log_tail()}"
@@ -259,7 +270,7 @@ class PowerCutMount:
         """SIGKILL every process that uses the mount until none is left
         (a process may start using it while we look)."""
         me = os.getpid()
-        spare = {me} | ({self.proc.pid} if self.proc is not None else set())
+        spare = {me} | ({self._server.pid} if self._server is not None else set())
         killed: list[int] = []
         deadline = time.monotonic() + timeout
         while True:
@@ -283,7 +294,7 @@ class PowerCutMount:
             time.sleep(0.005)  # they exit (and close their files) asynchronously
 
     def _unmount(self, timeout: float = 20.0) -> None:
-        assert self.proc is not None
+        """Unmount; the server stays, waiting to mount again or to exit."""
         deadline = time.monotonic() + timeout
         while mounted(self.mountpoint):
             done = subprocess.run(
@@ -295,37 +306,35 @@ class PowerCutMount:
                 subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], check=False)
                 break
             time.sleep(0.01)
-        try:
-            self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self._kill_server()
         self.proc = None
 
     def _kill_server(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        server, self.proc, self._server = self._server, None, None
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait(10)
         if mounted(self.mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], check=False)
-        self.proc = None
 
     # -- closing ------------------------------------------------------------
     def stop(self, *, clean: bool = True) -> None:
-        """Unmount. ``clean``: sync first (a shutdown, not a cut); else what
-        was not synced is lost, as at a cut, but nobody is killed (the
-        unmount waits for users to go). Safe to call twice."""
-        if self.proc is None:
-            return
+        """Unmount and end the filesystem's process. ``clean``: sync first
+        (a shutdown, not a cut); else what was not synced is lost, as at a
+        cut, but nobody is killed (the unmount waits for users to go). Safe
+        to call twice."""
         try:
-            if self.proc.poll() is None:
+            if self.proc is not None and self.proc.poll() is None:
                 if clean and not self.status()["frozen"]:
                     self.sync()
                 self.request("freeze")
                 self.request("drop", keep=0.0, seed=0)
+                self._unmount()
+            server = self._server
+            if server is not None and server.poll() is None:
+                self.request("exit")
+                server.wait(10)
         finally:
-            self._unmount()
+            self._kill_server()  # only if something above failed: nothing is left then
 
     def close(self) -> None:
         """Stop (cleanly) and remove the control directory."""

@@ -69,7 +69,11 @@ def in_child(fn: Any, *args: Any, timeout: float = _CHILD_LIMIT) -> Any:
     try:
         if not recv.poll(timeout):
             raise TimeoutError(f"{fn.__name__} took more than {timeout:g} s")
-        status, value = recv.recv()
+        try:
+            status, value = recv.recv()
+        except EOFError:
+            p.join(5)
+            status, value = "error", f"it ended without an answer (exit code {p.exitcode})"
     finally:
         recv.close()
         p.join(5)
