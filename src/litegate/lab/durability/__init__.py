@@ -76,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--keep", choices=_run.KEEPS, default="mixed",
         help="none: every unsynced write is lost at a cut (LazyFS's model); mixed (default): "
-        "half the cuts let a random part of them reach the disk first",
+        "half the cuts let a random part of them reach the disk first; all: nothing is lost "
+        "by the OS, so each cut is a process crash (SIGKILL of every writer)",
     )  # fmt: skip
     p.add_argument(
         "--by-hand", type=float, default=0.5, metavar="P",
