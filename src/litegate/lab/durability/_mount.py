@@ -270,16 +270,16 @@ class PowerCutMount:
         """SIGKILL every process that uses the mount until none is left
         (a process may start using it while we look)."""
         me = os.getpid()
-        spare = {me} | ({self._server.pid} if self._server is not None else set())
+        server = {self._server.pid} if self._server is not None else set()
         killed: list[int] = []
         deadline = time.monotonic() + timeout
         while True:
-            if me in users(self.mountpoint):
+            pids = users(self.mountpoint, exclude=server)
+            if me in pids:
                 raise RuntimeError(
                     f"this process ({me}) uses {self.mountpoint} itself; a power cut would "
                     "kill it. Open the database in a child process"
                 )
-            pids = users(self.mountpoint, exclude=spare)
             if not pids:
                 return killed
             for pid in pids:
