@@ -126,8 +126,9 @@ def _ms(v: float | None) -> str:
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
     profiles = result["profiles"]
+    what = "process crash(es)" if cfg["keep"] == "all" else "power cut(s)"
     head = (
-        f"litegate bench durability: {cfg['cuts']} power cut(s) per profile at random moments "
+        f"litegate bench durability: {cfg['cuts']} {what} per profile at random moments "
         f"(writers run U(0, {cfg['run_max']:g}) s; keep={cfg['keep']}; seed {cfg['seed']}). "
         "ACKED: writes the callers were told are committed (rows, queue puts and acks, Django "
         "transactions). LOST: of those, not there after the cut. BEFORE SYNC: lost although "
