@@ -56,7 +56,7 @@ fuse:
 	fi
 
 # Issue 21's long run: 200 power cuts per profile at random moments, writers on
-# the core API, the queue and Django; fails if a target is missed (~30 minutes).
+# the core API, the queue and Django; fails if a target is missed (30-50 minutes).
 # Heavy (five writer processes and the filesystem on the CPUs): run it alone.
 test-durability: $(STAMP) fuse
 	$(VENV)/bin/litegate bench durability --cuts 200 --out results/durability
