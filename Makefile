@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # hey, the HTTP load generator of seed 003, built from source into the project
 HEY    := .tools/bin/hey
 
-.PHONY: demo test lint typecheck unit django-suite test-django-full test-django-matrix bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,31 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src tests demo
 
-unit: $(STAMP) $(HEY)
+unit: $(STAMP) $(HEY) fuse
 	$(VENV)/bin/pytest
+
+# libfuse 3 for the power-cut filesystem of `bench durability` and its tests:
+# from the distribution's packages where missing (as root, with apt-get).
+# Where it cannot be had, those tests skip and say why; nothing else needs it.
+fuse:
+	@if command -v fusermount3 >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3'; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing libfuse 3 (Debian's fuse3) for the power-cut tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) \
+			|| echo "apt-get could not install fuse3: the power-cut tests will skip"; \
+	else \
+		echo "libfuse 3 is missing and this is not root with apt-get: the power-cut tests will skip"; \
+	fi
+
+# Issue 21's long run: 200 power cuts per profile at random moments, writers on
+# the core API, the queue and Django; fails if a target is missed (30-50 minutes).
+# Heavy (five writer processes and the filesystem on the CPUs): run it alone.
+test-durability: $(STAMP) fuse
+	$(VENV)/bin/litegate bench durability --cuts 200 --out results/durability
+	$(PY) -c "import json, sys; r = json.load(open('results/durability/durability.json')); \
+		bad = [t for t in r['targets'] if not t['met']]; \
+		[print('MISSED:', t['target'], '--', t['value']) for t in bad]; sys.exit(1 if bad else 0)"
 
 # Django's own test suite (issue 8's label set, ~3,900 tests) against
 # litegate.django and the stock sqlite3 engine in the same run, with Django's

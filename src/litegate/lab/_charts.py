@@ -75,7 +75,14 @@ class HistPanel:
     note: str = ""
 
 
-def histograms(path: Path, *, title: str, panels: Sequence[HistPanel], xlabel: str) -> Path:
+def histograms(
+    path: Path,
+    *,
+    title: str,
+    panels: Sequence[HistPanel],
+    xlabel: str,
+    ylabel: str = "requests",
+) -> Path:
     """One histogram per panel, stacked; counts on a log axis so that a few
     starved requests next to thousands of quick ones both show."""
     fig = Figure(figsize=(9, 2.3 * max(1, len(panels)) + 0.6), layout="constrained")
@@ -90,7 +97,7 @@ def histograms(path: Path, *, title: str, panels: Sequence[HistPanel], xlabel: s
         for (name, x), colour in zip(panel.marks.items(), colours, strict=False):
             ax.axvline(x, color=colour, linestyle="--", linewidth=1, label=f"{name} {x:.1f}")
         ax.set_title(f"{panel.label}  {panel.note}".strip(), fontsize=10)
-        ax.set_ylabel("requests")
+        ax.set_ylabel(ylabel)
         if panel.marks:
             ax.legend(fontsize=8, loc="upper right")
         ax.grid(alpha=0.3)

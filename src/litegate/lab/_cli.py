@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import contention, fairness, micro, queue, tasks, web
+from . import contention, durability, fairness, micro, queue, tasks, web
 from ._args import positive_float as _positive_float
 from ._args import positive_int as _positive_int
 from ._progress import Progress
@@ -29,6 +29,7 @@ class Experiment(Protocol):
 
 EXPERIMENTS: dict[str, Experiment] = {
     contention.NAME: contention,
+    durability.NAME: durability,
     fairness.NAME: fairness,
     micro.NAME: micro,
     queue.NAME: queue,
