@@ -92,11 +92,9 @@ class Request:
         self.result: tuple[int, int | None, list[Any]] | None = None
         self.error: BaseException | None = None
         self.on_done = on_done  # asyncio: called on the leader's thread when done
-        if on_done is None:
-            self.wake: threading.Lock | None = threading.Lock()
-            self.wake.acquire()
-        else:
-            self.wake = None
+        # A thread that must wait sleeps on ``wake``, made (under the queue's
+        # mutex) only when it does: a caller that leads at once needs none.
+        self.wake: threading.Lock | None = None
 
 
 class SizeHistogram:
@@ -180,18 +178,25 @@ class GroupCommit:
         """Submit from a thread that waits for the outcome; returns ``req`` done."""
         deadline = deadline_of(timeout)
         with self._mutex:
-            self._pending.append(req)
             lead = not self._leading
             if lead:
                 self._leading = True
                 req.state = _LEAD
-        assert req.wake is not None
+            else:
+                req.wake = threading.Lock()
+                req.wake.acquire()
+            self._pending.append(req)
         while True:
             if lead:
                 self._lead(req, deadline)
                 if req.state == _DONE:
                     return req
                 lead = False  # our request went to a batch someone else leads
+                with self._mutex:
+                    if req.wake is None:  # we led at once, so we had none: wait on one now
+                        req.wake = threading.Lock()
+                        req.wake.acquire()
+            assert req.wake is not None
             got = acquire_until(req.wake, deadline)
             with self._mutex:
                 state = req.state
@@ -416,7 +421,7 @@ class GroupCommit:
                 if me in self._pending:
                     self._pending.remove(me)
             else:
-                failed = [r for r in self._pending if r.wake is None]
+                failed = [r for r in self._pending if r.on_done is not None]
                 for r in failed:
                     self._pending.remove(r)
         for r in failed:
@@ -429,16 +434,20 @@ class GroupCommit:
     def _hand_on(self) -> None:
         """Pass leadership to the first queued caller with a thread, else to
         the flusher, else nobody."""
+        wake = None
         with self._mutex:
-            nxt = next((r for r in self._pending if r.wake is not None), None)
+            nxt = next((r for r in self._pending if r.on_done is None), None)
             if nxt is not None:
                 nxt.state = _LEAD
+                if nxt.wake is None:  # a leader whose own request is still queued
+                    nxt.wake = threading.Lock()
+                    nxt.wake.acquire()
+                wake = nxt.wake
             elif not self._pending:
                 self._leading = False
                 return
-        if nxt is not None:
-            assert nxt.wake is not None
-            nxt.wake.release()
+        if wake is not None:
+            wake.release()
         else:
             self._kick_flusher()
 

@@ -67,7 +67,13 @@ class WriteResult(NamedTuple):
 _LIVE: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
+# This process's pid, kept by the fork hook: comparing with it is cheaper
+# than asking the kernel (os.getpid() is a system call) on every call.
+_PID = [os.getpid()]
+
+
 def _after_fork_in_child() -> None:
+    _PID[0] = os.getpid()
     for db in list(_LIVE):
         db._forget_parent_state()
 
@@ -230,7 +236,7 @@ class Database:
     def _process_state(self) -> _ProcessState:
         if self._closed:
             raise Closed(f"database {self.path!r} is closed; call litegate.connect() again")
-        if self._pid != os.getpid():  # forked without os.register_at_fork running
+        if self._pid != _PID[0]:  # a forked child that has not used us yet
             self._forget_parent_state()
         state = self._state
         if state is not None:

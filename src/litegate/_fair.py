@@ -492,10 +492,15 @@ class FairLock:
         self, timeout: float | None = None, budget: Budget | None = None, tag: object = None
     ) -> bool:
         """True when acquired; False on timeout. Raises QueueClosed if closed."""
-        b = self.budget if budget is None else budget
         with self._mutex:
+            if not self._held and not self._waiters and not self._closed:  # the common case
+                self._held = True
+                self.histogram.immediate += 1
+                self.last_queued = False
+                return True
             if self._closed:
                 raise QueueClosed
+            b = self.budget if budget is None else budget
             if not self._held and self._may_take(b, _now()):
                 self._take()
                 self.histogram.record_immediate()
@@ -572,6 +577,14 @@ class FairLock:
         signal = None
         vacant = False
         idle = None
+        with self._mutex:
+            if not self._waiters and not self._closed:  # the common case: nobody waits
+                self._held = False
+                vacant = True
+        if vacant:
+            if self._on_vacant is not None:
+                self._on_vacant()
+            return
         with self._mutex:
             now = _now()
             head = self._waiters[0] if self._waiters else None

@@ -63,7 +63,7 @@ _H_NEXT = 8  # u64: the next ticket
 _H_GRANTS = 16  # u64: grants of the gate so far
 _H_HEAD = 24  # u64: head ticket + 1, 0 for none (a hint: the slot record decides)
 _H_WAKE = 32  # u32: the futex word, bumped by every hand-off
-_H_HOLDER = 40  # u64: pid of the holder, 0 when free (a hint for ops)
+# (bytes 40..48: unused; the holder's pid is what the kernel's lock table says)
 _H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
 _H_BARGES = 56  # u64: grants taken past a waiting head
 _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
@@ -128,7 +128,7 @@ def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
 
 
 def read_counters(path: str) -> dict[str, int] | None:
-    """The gate's shared counters (grants, hand-offs, barges, holder pid),
+    """The gate's shared counters (grants, hand-offs, barges),
     read without taking part; None if not a litegate lock file."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -142,7 +142,6 @@ def read_counters(path: str) -> dict[str, int] | None:
         "grants": _U64.unpack_from(head, _H_GRANTS)[0],
         "handoffs": _U64.unpack_from(head, _H_HANDOFFS)[0],
         "barges": _U64.unpack_from(head, _H_BARGES)[0],
-        "holder_pid": _U64.unpack_from(head, _H_HOLDER)[0],
     }
 
 
@@ -351,13 +350,19 @@ class ProcessLock:
         shortcut: the decision is made again with the gate held, where no
         other barger can change the head's count meanwhile, so a head is
         never overtaken more than its budget allows."""
-        head = self._head()
-        if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
-            return False
+        m = self._map
+        if _U64.unpack_from(m, _H_HEAD)[0]:  # someone may wait: look at their budget
+            head = self._head()
+            if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
+                return False
         try:
             fcntl.fcntl(self._fd, _SETLK, _GATE_LOCK)
         except OSError:
             return False
+        if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
+            self._held = True
+            _U64.pack_into(m, _H_GRANTS, _U64.unpack_from(m, _H_GRANTS)[0] + 1)
+            return True
         head = self._head()
         if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
             # the budget ran out between the look and the lock: hand over
@@ -373,7 +378,6 @@ class ProcessLock:
         """We hold the gate: the shared counters (written only by holders)."""
         self._held = True
         m = self._map
-        _U64.pack_into(m, _H_HOLDER, self._pid)
         _U64.pack_into(m, _H_GRANTS, _U64.unpack_from(m, _H_GRANTS)[0] + 1)
         if overtook:
             self.barged += 1
@@ -551,7 +555,9 @@ class ProcessLock:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False
         m = self._map
-        _U64.pack_into(m, _H_HOLDER, 0)
+        if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
+            fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
+            return
         head = self._head()
         due = head is not None and self._due(head[1], time.monotonic_ns())
         if due:

@@ -22,7 +22,6 @@ if it was idle.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import sqlite3
 import threading
@@ -36,7 +35,6 @@ from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, Budget, FairLock, QueueClosed
 from ._filelock import ProcessLock
 from ._guard import close_connection
-from ._time import deadline_of, remaining
 
 _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
@@ -264,16 +262,22 @@ class FileGate:
                 "connection or Database on the same file); waiting would wait for itself. "
                 "Write through the connection that holds it"
             )
-        arrive = time.monotonic_ns()
-        deadline = deadline_of(math.inf if timeout is None else timeout)
+        logging = _grantlog.active() is not None
+        arrive = time.monotonic_ns() if logging else 0
+        t0 = time.monotonic() if timeout is not None else 0.0
         b = BOUNDED if budget is None else budget
-        if not self.lock.acquire(timeout, b, tag):
+        lock = self.lock
+        if not lock.acquire(timeout, b, tag):
             return False
-        queued = self.lock.last_queued
-        if not self.hold_across_processes(remaining(deadline), b):
+        queued = lock.last_queued
+        left = timeout  # the time left for the cross-process part
+        if queued and timeout is not None:
+            left = max(0.0, timeout - (time.monotonic() - t0))
+        if not self.hold_across_processes(left, b):
             return False
         self.owner = me
-        self._note_grant(arrive, queued, b)
+        if logging:
+            self._note_grant(arrive, queued, b)
         return True
 
     def hold_across_processes(self, timeout: float | None, budget: Budget) -> bool:
@@ -311,18 +315,19 @@ class FileGate:
         while another of its threads waits for it and no other process's
         head waiter is due; otherwise it goes now."""
         self.owner = None
-        grant, self._grant = self._grant, None
-        if grant is not None:
-            arrive, granted, queued, ticket, head, b = grant
+        if self._grant is not None:
+            arrive, granted, queued, ticket, head, b = self._grant
+            self._grant = None
             _grantlog.record(
                 arrive, granted, time.monotonic_ns(), queued, ticket, head, b.overtakes, b.seconds
             )
+        lock = self.lock
         try:
-            if not (self.lock.waiting and not self.plock.head_due()):
+            if not lock.waiting or self.plock.head_due():
                 self._cohort = False
                 self.plock.release()
         finally:
-            self.lock.release()
+            lock.release()
 
     def _vacant(self) -> None:
         """The in-process lock was left free with nobody waiting (the last
