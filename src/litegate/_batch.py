@@ -59,6 +59,23 @@ def _copy_for_member(exc: BaseException) -> BaseException:
     return copy
 
 
+def refusal(sql: str) -> Exception | None:
+    """Why ``db.execute()`` does not run ``sql`` (a typed error), or None."""
+    what = statement_kind(sql)
+    if what == TX:
+        return TransactionError(
+            f"db.execute() runs one statement inside litegate's own transaction, so it "
+            f"does not run {sql.strip()[:40]!r}; for several statements in one "
+            "transaction use db.write() or db.transact(fn)"
+        )
+    if what == VACUUM:
+        return ConfigError(
+            "VACUUM cannot run inside a transaction, and db.execute() runs in one; use "
+            "db.vacuum() (or db.vacuum(into=path)), which takes the write gate without one"
+        )
+    return None
+
+
 class Request:
     __slots__ = (
         "error",
@@ -211,6 +228,27 @@ class GroupCommit:
             if req.state == _DONE:
                 return req
 
+    def lead_now(self) -> bool:
+        """Lead a batch of one at once, for a caller that already holds the
+        gate: only when nobody leads or waits and writes come one at a time
+        (the lone writer's path). Follow with :meth:`end_lead_now`."""
+        with self._mutex:
+            if self._leading or self._pending or self._last_size > 1 or self._closed:
+                return False
+            self._leading = True
+            return True
+
+    def end_lead_now(self, committed: bool) -> None:
+        """The batch of one is done: hand on to whoever queued meanwhile."""
+        if committed:
+            self.sizes.record(1)
+        self._last_size = 1
+        with self._mutex:
+            if not self._pending:
+                self._leading = False
+                return
+        self._hand_on()
+
     def submit(self, req: Request) -> None:
         """Submit without a waiting thread (asyncio); ``req.on_done`` reports."""
         with self._mutex:
@@ -315,21 +353,8 @@ class GroupCommit:
         """Statements db.execute() does not run (``r.error`` says why)."""
         if r.fn is not None:
             return False
-        what = statement_kind(r.sql)
-        if what == TX:
-            r.error = TransactionError(
-                f"db.execute() runs one statement inside litegate's own transaction, so it "
-                f"does not run {r.sql.strip()[:40]!r}; for several statements in one "
-                "transaction use db.write() or db.transact(fn)"
-            )
-            return True
-        if what == VACUUM:
-            r.error = ConfigError(
-                "VACUUM cannot run inside a transaction, and db.execute() runs in one; use "
-                "db.vacuum() (or db.vacuum(into=path)), which takes the write gate without one"
-            )
-            return True
-        return False
+        r.error = refusal(r.sql)
+        return r.error is not None
 
     def _run_alone(self, conn: WriterConnection, r: Request) -> bool:
         """Run a lone plain statement in autocommit mode (the gate is held,

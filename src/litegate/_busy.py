@@ -95,6 +95,11 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc)  # very old sqlite3 modules carry no code
 
 
+def is_busy_error(exc: BaseException) -> bool:
+    """``is_busy`` for any exception (False for what is not an OperationalError)."""
+    return isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+
+
 def retry_busy(
     run: Callable[[], object],
     strategy: BusyStrategy,

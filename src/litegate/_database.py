@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
 
 from . import _maintenance, _profiles
-from ._batch import GroupCommit, Request
-from ._busy import BusyStrategy, get_strategy, is_busy, retry_busy
+from ._batch import GroupCommit, Request, refusal
+from ._busy import BusyStrategy, get_strategy, is_busy, is_busy_error, retry_busy
 from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
 from ._errors import (
     Closed,
@@ -527,7 +527,69 @@ class Database:
     ) -> WriteResult:
         """Run one write statement in its own IMMEDIATE transaction; returns
         once COMMIT is done. SQL errors go to this caller only."""
+        state = self._state
+        if (
+            state is not None
+            and timeout is None
+            and not self._closed
+            and self._pid == _PID[0]
+            and state.writer_owner != threading.get_ident()
+            and state.filegate.take_now(state.budget)
+        ):
+            # The lone writer: the gate was free for the taking. Unless a
+            # batch is forming, run the statement now, without a queue.
+            if state.batcher.lead_now():
+                return self._execute_now(state, sql, params)
+            state.filegate.release()
         return self._submit(sql, params, False, timeout)
+
+    def _execute_now(self, state: _ProcessState, sql: str, params: Params) -> WriteResult:
+        """``execute`` for the lone writer, the gate and the batch lead held:
+        the statement alone in autocommit mode (SQLite's write lock and the
+        commit in one step), as group commit runs a batch of one."""
+        committed = False
+        try:
+            with state.writer_mutex:
+                conn = state.writer
+                if conn is not None and not state.closing:
+                    state.writer_in_use = True
+                else:
+                    conn = None
+            if conn is None:
+                self._release(state)
+                raise Closed(f"database {self.path!r} is closed")
+            state.writer_owner = threading.get_ident()
+            state.gate_wait.immediate += 1
+            try:
+                result = self._statement_now(state, conn, sql, params)
+            except BaseException:
+                self._end(state, conn, False)  # (rolls back what the busy path began)
+                raise
+            self._end(state, conn, True)
+            committed = True
+            return result
+        finally:
+            state.batcher.end_lead_now(committed)
+
+    def _statement_now(
+        self, state: _ProcessState, conn: WriterConnection, sql: str, params: Params
+    ) -> WriteResult:
+        refused = refusal(sql)
+        if refused is not None:
+            raise refused
+        try:
+            cur = conn.execute(sql, params)
+        except Exception as exc:
+            if not (is_busy_error(exc) and not conn.in_transaction):
+                typed = conn.guard.typed(exc)
+                if typed is exc:
+                    raise
+                raise typed from exc
+            # A writer outside litegate holds SQLite's lock: wait for it in a
+            # transaction, with the busy strategy, as a batch would.
+            self._begin_immediate(state, conn, time.monotonic() + self.timeout, self.timeout)
+            cur = conn.execute(sql, params)
+        return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
 
     def executemany(
         self, sql: str, seq: Iterable[Params], *, timeout: float | None = None

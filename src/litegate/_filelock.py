@@ -63,7 +63,8 @@ _H_NEXT = 8  # u64: the next ticket
 _H_GRANTS = 16  # u64: grants of the gate so far
 _H_HEAD = 24  # u64: head ticket + 1, 0 for none (a hint: the slot record decides)
 _H_WAKE = 32  # u32: the futex word, bumped by every hand-off
-# (bytes 40..48: unused; the holder's pid is what the kernel's lock table says)
+_H_WANT = 36  # u32: a futex word rung by a waiter while the gate's holder is idle
+_H_IDLE = 40  # u64: pid of a process that keeps the gate while idle (0: none)
 _H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
 _H_BARGES = 56  # u64: grants taken past a waiting head
 _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
@@ -128,7 +129,8 @@ def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
 
 
 def read_counters(path: str) -> dict[str, int] | None:
-    """The gate's shared counters (grants, hand-offs, barges),
+    """The gate's shared counters (grants, hand-offs, barges, the pid of a
+    process keeping the gate while idle),
     read without taking part; None if not a litegate lock file."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -142,6 +144,7 @@ def read_counters(path: str) -> dict[str, int] | None:
         "grants": _U64.unpack_from(head, _H_GRANTS)[0],
         "handoffs": _U64.unpack_from(head, _H_HANDOFFS)[0],
         "barges": _U64.unpack_from(head, _H_BARGES)[0],
+        "idle_holder_pid": _U64.unpack_from(head, _H_IDLE)[0],
     }
 
 
@@ -216,6 +219,8 @@ class ProcessLock:
             os.close(self._fd)
             raise
         self._wake = _futex.Word(self._map, _H_WAKE) if _futex.AVAILABLE else None
+        self._want = _futex.Word(self._map, _H_WANT) if _futex.AVAILABLE else None
+        self.idle = False  # we hold the gate with no transaction running (see keep_idle)
         self._mutex = threading.Lock()  # guards the helper bookkeeping; no I/O under it
         self._ticket = -1  # our ticket while we wait
         self._held = False
@@ -344,6 +349,14 @@ class ProcessLock:
             raise
         return True
 
+    def try_now(self, budget: Budget) -> bool:
+        """Take the gate only if that needs no wait (see :meth:`_try_gate`);
+        never queues."""
+        if self._try_gate(budget):
+            self.last_ticket = -1
+            return True
+        return False
+
     def _try_gate(self, budget: Budget) -> bool:
         """Barge: take a free gate unless a head waits whose budget is spent
         (or we queue strictly and anyone waits). The look before is only a
@@ -452,6 +465,8 @@ class ProcessLock:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
+            if _U64.unpack_from(table, _H_IDLE)[0]:  # its holder keeps it idle: ask for it
+                self.ring()
             if wake is not None:
                 wake.wait(seen, min(left, self.HEAD_CHECK_SECONDS))
             elif not self._wait_free(_GATE_LOCK, _GATE_UNLOCK, deadline):
@@ -548,13 +563,53 @@ class ProcessLock:
                     self._idle_helpers += 1
 
     # -- release ----------------------------------------------------------------
-    def release(self) -> None:
+    # -- keeping the gate while idle ----------------------------------------------
+    @property
+    def can_keep_idle(self) -> bool:
+        """Idle keeping needs the doorbell (a futex) for others to ask."""
+        return self._want is not None
+
+    def nobody_waits(self) -> bool:
+        return not _U64.unpack_from(self._map, _H_HEAD)[0]
+
+    def keep_idle(self) -> None:
+        """We hold the gate and nobody waits for it: keep it with no
+        transaction running, so our next transaction takes it back without a
+        system call. Whoever wants it meanwhile rings the doorbell (see
+        :meth:`ring`) and our keeper lets go."""
+        self.idle = True
+        _U64.pack_into(self._map, _H_IDLE, self._pid)
+
+    def busy_again(self) -> None:
+        """We take the gate we kept idle back for a transaction."""
+        self.idle = False
+        _U64.pack_into(self._map, _H_IDLE, 0)
+
+    def doorbell(self) -> int:
+        return self._want.value if self._want is not None else 0
+
+    def wait_doorbell(self, seen: int, seconds: float) -> None:
+        """Sleep until the doorbell rings (or ``seconds`` pass)."""
+        if self._want is not None:
+            self._want.wait(seen, seconds)
+
+    def ring(self) -> None:
+        """Ask a process that keeps the gate idle to let it go (every
+        process's keeper wakes; the one that keeps the gate acts)."""
+        if self._want is not None:
+            self._want.bump()
+            self._want.wake(0x7FFFFFFF)
+
+    def release(self, wake: bool = False) -> None:
         """Let the gate go. A head whose budget is spent gets it handed over
-        (woken; nobody barges past it meanwhile); otherwise nobody is woken."""
+        (woken; nobody barges past it meanwhile); otherwise nobody is woken,
+        unless ``wake`` (a head rang for it)."""
         if not self._held:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False
         m = self._map
+        if self.idle:
+            self.busy_again()
         if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
             fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
             return
@@ -564,7 +619,7 @@ class ProcessLock:
             self.handoffs += 1
             _U64.pack_into(m, _H_HANDOFFS, _U64.unpack_from(m, _H_HANDOFFS)[0] + 1)
         fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
-        if due and self._wake is not None:
+        if (due or (wake and head is not None)) and self._wake is not None:
             self._wake.bump()
             self._wake.wake(1)
 
@@ -579,9 +634,10 @@ class ProcessLock:
             helpers = self._helpers
         for _ in range(helpers):
             self._jobs.put(None)  # busy helpers see it after their job ends
-        if self._wake is not None:
-            self._wake.release()
-            self._wake = None
+        for word in (self._wake, self._want):
+            if word is not None:
+                word.release()
+        self._wake = self._want = None
         self._map.close()
         os.close(self._fd)
         self._fd = -1
@@ -591,9 +647,10 @@ class ProcessLock:
         (OFD locks being shared with the parent's descriptor) are the parent's."""
         self._closed = True
         self._held = False
-        if self._wake is not None:
-            self._wake.release()
-            self._wake = None
+        for word in (self._wake, self._want):
+            if word is not None:
+                word.release()
+        self._wake = self._want = None
         self._map.close()
         if self._fd >= 0:
             os.close(self._fd)

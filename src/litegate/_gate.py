@@ -143,6 +143,14 @@ class FileGate:
         self._ckpt_lock = threading.Lock()
         self._grant: tuple[int, int, bool, int, int, Budget] | None = None  # for the grant log
         self._ticket = -1
+        # Keeping the gate while idle: a process that writes again within
+        # HOT_GAP_NS of its last release ("hot") keeps the cross-process gate
+        # when nobody waits, and takes it back without a system call; its
+        # keeper thread lets go when another process rings.
+        self._released_ns = 0
+        self._hot = False
+        self._keeper: threading.Thread | None = None
+        self._closing = False
         self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
 
     @classmethod
@@ -208,6 +216,10 @@ class FileGate:
             ckpt, self._ckpt = self._ckpt, None
             if ckpt is not None:
                 ckpt.stop()
+            self._closing = True
+            if self._keeper is not None:
+                self.plock.ring()  # wakes the keeper, which sees _closing and stops
+                self._keeper.join(5)
             self.plock.close()
 
     # -- the file's checkpointer ------------------------------------------------
@@ -286,7 +298,10 @@ class FileGate:
         the in-process lock is given back."""
         try:
             if self._cohort:
-                if not self.plock.head_due():
+                plock = self.plock
+                if plock.idle:
+                    plock.busy_again()
+                if not plock.head_due():
                     self.cohort_passes += 1
                     self.plock.note_overtake()  # a head of another process was passed over
                     self._ticket = -1
@@ -303,7 +318,37 @@ class FileGate:
             raise
         self._cohort = True
         self._ticket = self.plock.last_ticket
+        # hot: this process asks again soon after it lets go (a loop of writes);
+        # only a policy that lets a running writer take the gate keeps it idle
+        self._hot = budget.barges and time.monotonic_ns() - self._released_ns < self.HOT_GAP_NS
         return True
+
+    def take_now(self, budget: Budget) -> bool:
+        """The gate, only if taking it needs no wait (nobody of this process
+        waits, and this process holds the cross-process gate or can take it
+        at once): the lone writer's path, with no clock read and no queue.
+        False leaves everything as it was. Not while the grant log is on."""
+        if _grantlog.active() is not None or not self.lock.try_acquire():
+            return False
+        plock = self.plock
+        if self._cohort:
+            if plock.idle:
+                plock.busy_again()
+            if plock.nobody_waits():
+                self.owner = threading.get_ident()
+                return True
+            if not plock.head_due():
+                self.cohort_passes += 1
+                plock.note_overtake()
+                self.owner = threading.get_ident()
+                return True
+        elif plock.try_now(budget):
+            self._cohort = True
+            self._hot = budget.barges and time.monotonic_ns() - self._released_ns < self.HOT_GAP_NS
+            self.owner = threading.get_ident()
+            return True
+        self.lock.release()  # (a cohort whose head is due: the full path hands over)
+        return False
 
     def _note_grant(self, arrive: int, queued: bool, budget: Budget) -> None:
         if _grantlog.active() is not None:
@@ -322,24 +367,70 @@ class FileGate:
                 arrive, granted, time.monotonic_ns(), queued, ticket, head, b.overtakes, b.seconds
             )
         lock = self.lock
+        plock = self.plock
         try:
-            if not lock.waiting or self.plock.head_due():
+            if lock.waiting:
+                if plock.head_due():  # another process's head is due: hand over
+                    self._cohort = False
+                    plock.release()
+                # else: keep it for our own next waiter (a cohort)
+            elif self._hot and plock.can_keep_idle and plock.nobody_waits():
+                plock.keep_idle()  # ours again without a system call, unless someone rings
+                if self._keeper is None:
+                    self._start_keeper()
+            else:
                 self._cohort = False
-                self.plock.release()
+                self._released_ns = time.monotonic_ns()
+                plock.release()
         finally:
             lock.release()
 
     def _vacant(self) -> None:
         """The in-process lock was left free with nobody waiting (the last
         waiter gave up): if this process still holds the cross-process gate
-        for a cohort that is gone, let it go."""
-        if self._cohort and self.lock.try_acquire():
+        for a cohort that is gone (not kept idle on purpose), let it go."""
+        if self._cohort and not self.plock.idle and self.lock.try_acquire():
             try:
-                if self._cohort:
+                if self._cohort and not self.plock.idle:
                     self._cohort = False
                     self.plock.release()
             finally:
                 self.lock.release()
+
+    # Between a release and this process's next request for the gate, at most
+    # this long for the process to count as hot (and keep the gate idle).
+    HOT_GAP_NS = 500_000
+
+    def _start_keeper(self) -> None:
+        self._keeper = threading.Thread(
+            target=self._keep, name=f"litegate-keeper:{self.path}", daemon=True
+        )
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """The keeper: while this process keeps the gate idle, wait for the
+        doorbell; when another process rings, let the gate go (handing it to
+        the head that rang) unless one of our threads is using it."""
+        plock = self.plock
+        while not self._closing:
+            seen = plock.doorbell()
+            if plock.idle and not plock.nobody_waits():
+                self._let_go_idle()
+                continue
+            plock.wait_doorbell(seen, 1.0)
+            if plock.idle and not plock.nobody_waits():
+                self._let_go_idle()
+
+    def _let_go_idle(self) -> None:
+        if not self.lock.try_acquire():
+            return  # one of our threads has it: its release hands over
+        try:
+            if self._cohort and self.plock.idle:
+                self._cohort = False
+                self._hot = False
+                self.plock.release(wake=True)
+        finally:
+            self.lock.release()
 
     @property
     def held(self) -> bool:
