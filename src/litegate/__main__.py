@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser(
         "web",
-        help="seed 003's Django app: 'litegate web seed DB', 'litegate web serve DB'",
+        help="seed 003's app (Django or FastAPI): 'litegate web seed DB', 'litegate web serve DB'",
         add_help=False,
     )
     sub.add_parser(
@@ -59,7 +59,7 @@ def _web(args: list[str]) -> int:
         from litegate.lab.web._cli import main as web_main
     except ModuleNotFoundError as exc:
         print(
-            f"litegate web needs Django (missing: {exc.name!r}).\n"
+            f"litegate web needs the web extra (missing: {exc.name!r}).\n"
             "Install it with:  pip install 'litegate[web]'",
             file=sys.stderr,
         )

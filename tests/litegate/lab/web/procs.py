@@ -7,11 +7,12 @@ import os
 from typing import Any
 
 
-def exercise(engine: str, db: str) -> dict[str, Any]:
-    """Every route once; returns each answer and the table counts around
-    the writes."""
+def exercise(engine: str, db: str, acks: str) -> dict[str, Any]:
+    """Every route once; returns each answer, the table counts around the
+    writes and what the ledger in ``acks`` holds after the single actions."""
     os.environ["LITEGATE_WEB_ENGINE"] = engine
     os.environ["LITEGATE_WEB_DB"] = db
+    os.environ["LITEGATE_WEB_ACKS"] = acks
     os.environ["DJANGO_SETTINGS_MODULE"] = "litegate.lab.web.app.settings"
     import django
 
@@ -34,6 +35,9 @@ def exercise(engine: str, db: str) -> dict[str, Any]:
         before = counts()
         r = c.post(f"/benchmarking/{action}")
         out[action] = (r.status_code, r.get("Location", ""), before, counts())
+    from litegate.lab.web import _acks
+
+    out["ledger"] = sorted(e for e in _acks.entries(acks) if e is not None)
     for mix in ("read_heavy", "balanced", "write_heavy"):
         out[mix] = sorted({c.post(f"/benchmarking/{mix}").status_code for _ in range(30)})
     out["unknown"] = c.post("/benchmarking/nope").status_code
