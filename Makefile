@@ -85,8 +85,9 @@ bench-queue-pg: $(STAMP)
 bench-tasks: $(STAMP)
 	$(VENV)/bin/litegate bench tasks --runs 3 --out results/tasks
 
-# Seed 003 in full: the four engine configurations, the headline cell three
-# times, the balanced sweep 1..256 and read_heavy / write_heavy (~12 minutes).
+# Seed 003 in full, the app in Django (gunicorn; four engine configurations)
+# and in FastAPI (uvicorn; three): the headline cell three times, the balanced
+# sweep 1..256, read_heavy / write_heavy at c = 20 and 64 (~25 minutes).
 bench-web: $(STAMP) $(HEY)
 	$(VENV)/bin/litegate bench web --out results/web
 
