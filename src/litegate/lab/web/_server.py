@@ -109,16 +109,20 @@ class Server:
 
     def stop(self) -> int:
         """SIGTERM (the server's graceful stop), then SIGKILL after 20 s; the
-        exit status."""
+        exit status (0 after a graceful stop, -9 if it had to be killed)."""
         proc = self.proc
         if proc is None:
             return 0
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                return proc.wait(20)
+                code = proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                return proc.wait(10)
+            # A single uvicorn process (no supervisor) raises the signal
+            # again once its graceful shutdown is done: that is a clean stop.
+            return 0 if code == -signal.SIGTERM else code
         return proc.wait(10)
 
     def __exit__(
