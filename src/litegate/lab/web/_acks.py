@@ -5,7 +5,7 @@ Both apps (Django and FastAPI) call :func:`record` once per write
 transaction, after its commit returned and before the response is sent:
 one line, ``post_create 1234`` or ``comment_create 77 12`` (comment, post)
 or ``post_destroy 12`` or ``comment_destroy 77``. Each worker process
-appends to its own file ``DIR/acks-PID`` (``DIR`` from
+appends to its own file ``DIR/acks-PID-TAG`` (``DIR`` from
 ``$LITEGATE_WEB_ACKS``, which ``litegate web serve --acks DIR`` sets), with
 one ``write(2)`` per line on an ``O_APPEND`` descriptor and no buffer in
 between, so a line is in the file before its client hears back. The
@@ -61,9 +61,10 @@ def _descriptor() -> int | None:
     directory = os.environ.get(ENV)
     if not directory:
         return None
-    fd = os.open(
-        os.path.join(directory, f"{PREFIX}{pid}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
-    )
+    # A name of its own per worker start (the PID and a random tag): a
+    # worker that reuses a PID of an earlier cell's still adds a file.
+    name = f"{PREFIX}{pid}-{os.urandom(4).hex()}"
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     with _lock:  # two threads may open it at once: the first one kept wins
         if _fd is None or _fd[0] != pid:
             _fd = (pid, fd)
@@ -88,7 +89,7 @@ def record(kind: str, *ids: int) -> None:
 
 
 def workers(directory: str | Path) -> int:
-    """How many worker processes have opened a ledger file in ``directory``."""
+    """How many worker processes have started with a ledger file in ``directory``."""
     return sum(1 for p in Path(directory).glob(f"{PREFIX}*"))
 
 

@@ -26,6 +26,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import joinedload
+from sqlalchemy.sql.base import ExecutableOption
 
 from .. import _acks
 from .._actions import UnknownAction, choose
@@ -79,14 +80,14 @@ DB = Annotated[Database, Depends(database)]
 M = TypeVar("M", User, Post, Comment)
 
 
-async def _random_row(session: AsyncSession, model: type[M], *load: object) -> M | None:
+async def _random_row(session: AsyncSession, model: type[M], *load: ExecutableOption) -> M | None:
     """The first row at or after a random id (the seed's ``where("id >= ?",
     rand(min..max)).limit(1).first``)."""
     lo, hi = (await session.execute(select(func.min(model.id), func.max(model.id)))).one()
     if lo is None:
         return None
     query = select(model).where(model.id >= random.randint(lo, hi)).order_by(model.id).limit(1)
-    row: M | None = await session.scalar(query.options(*load))  # type: ignore[arg-type]
+    row: M | None = await session.scalar(query.options(*load))
     return row
 
 
