@@ -2,7 +2,7 @@
 
 Commands: ``doctor`` and ``top``, to look at a database in use; ``bench``,
 the lab (``litegate bench --help``); ``web``, seed 003's
-Django app (``litegate web --help``); and ``worker``, which runs a function
+app in Django or FastAPI (``litegate web --help``); and ``worker``, which runs a function
 over a job queue (``litegate worker --help``). The lab lives in
 :mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
 :mod:`litegate.queue`. Both are imported only when their command runs, so
