@@ -29,6 +29,7 @@ gate; also sqlite3's busy timeout). A gate timeout raises
 :class:`litegate.WriteTimeout`.
 """
 
+from ._dbapi import connect
 from ._dialect import AsyncLitegateDialect, LitegateDialect
 from ._errors import ConfigError, GateTimeout, ReadOnlyScopeError
 from ._pool import AsyncFairQueuePool, FairQueuePool
@@ -44,6 +45,7 @@ __all__ = [
     "GateTimeout",
     "LitegateDialect",
     "ReadOnlyScopeError",
+    "connect",
     "dialect",
     "read_only",
 ]

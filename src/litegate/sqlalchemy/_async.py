@@ -28,7 +28,7 @@ from .._errors import NestedWriteError
 from .._gate import FileGate
 from . import _dbapi
 from ._compat import await_, in_greenlet
-from ._errors import gate_timeout
+from ._errors import ConfigError, gate_timeout
 
 T = TypeVar("T")
 
@@ -116,7 +116,14 @@ class AsyncAdaptedConnection(AdaptedConnection):
         """``fn(*args)`` on this connection's thread; the greenlet waits on
         the loop. Cancelled meanwhile: the call still finishes there, before
         anything else runs on this connection (one thread, in order)."""
-        return await_(asyncio.wrap_future(self._thread.submit(fn, *args)))
+        return await_(asyncio.wrap_future(self._submit(fn, *args)))
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        try:
+            return self._thread.submit(fn, *args)
+        except RuntimeError:  # the thread was shut down: closed
+            # pysqlite's words, which SQLAlchemy takes for a lost connection
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.") from None
 
     # -- statements --------------------------------------------------------------
     def cursor(self, server_side: bool = False) -> AsyncAdaptedCursor:
@@ -199,39 +206,51 @@ class AsyncAdaptedConnection(AdaptedConnection):
 
     # -- the end -------------------------------------------------------------------
     def close(self) -> None:
-        if self._conn._lg_forked:  # the parent's, in a forked child
+        """Close on the connection's thread (the gate goes with it, there).
+        Outside SQLAlchemy's greenlet (a pool disposed from sync code, or
+        garbage collection) this thread waits for it instead of the loop."""
+        conn = self._conn
+        if conn._lg_forked:  # the parent's, in a forked child
             return
         try:
-            self._run(self._conn.close)
+            closing = self._thread.submit(conn.close)
+        except RuntimeError:  # closed already
+            return
+        try:
+            if in_greenlet():
+                await_(asyncio.wrap_future(closing))
+            else:
+                closing.result()
         finally:
             self._thread.shutdown(wait=False)
 
     def terminate(self) -> None:
-        """Close without waiting (SQLAlchemy's cleanup of a connection that
-        was garbage-collected, or invalidated outside a greenlet)."""
-        if in_greenlet():
-            self.close()
-        elif not self._conn._lg_forked:
-            self._thread.submit(self._conn.close)  # the gate goes with it, there
-            self._thread.shutdown(wait=False)
+        """SQLAlchemy's last resort (invalidation, garbage collection): the
+        same close; the connection's thread runs it after whatever it is
+        doing, so this never interrupts a statement half-way."""
+        self.close()
 
 
-class AsyncDBAPI:
+class AsyncDBAPI(_dbapi.DBAPI):
     """The DBAPI module of the asyncio driver: ``sqlite3``'s names, and a
     ``connect()`` that opens the connection on its own thread."""
 
-    paramstyle = "qmark"
-
-    def __init__(self) -> None:
-        for name in dir(sqlite3):
-            if not name.startswith("_") and name != "connect":
-                setattr(self, name, getattr(sqlite3, name))
-
-    def __getattr__(self, name: str) -> Any:  # for mypy: sqlite3's names, set above
-        raise AttributeError(name)
-
     def connect(self, *args: Any, **kwargs: Any) -> AsyncAdaptedConnection:
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="litegate-sqlalchemy")
+        creator = kwargs.pop("async_creator_fn", None)
+        if creator is not None:  # create_async_engine(async_creator=...)
+            try:
+                made = await_(creator(*args, **kwargs))
+            except BaseException:
+                thread.shutdown(wait=False)
+                raise
+            if not isinstance(made, _dbapi.Connection):
+                thread.shutdown(wait=False)
+                raise ConfigError(
+                    "async_creator must return a connection made by litegate.sqlalchemy.connect() "
+                    f"(for example: await asyncio.to_thread(connect, path)), not {made!r}"
+                )
+            return AsyncAdaptedConnection(self, made, thread)
         work = thread.submit(functools.partial(_dbapi.connect, *args, **kwargs))
         try:
             conn = await_(asyncio.wrap_future(work))

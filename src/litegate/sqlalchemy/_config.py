@@ -12,6 +12,11 @@ from .. import _profiles
 from .._errors import ConfigError as _CoreConfigError
 from ._errors import ConfigError
 
+# litegate's "default" profile minus foreign_keys=ON: SQLAlchemy's stock
+# driver leaves SQLite's foreign keys unenforced, and changing the URL should
+# not start enforcing them (?profile=default, or pragmas foreign_keys=ON, does).
+DEFAULT_PROFILE = "balanced"
+
 
 @dataclass(frozen=True)
 class Settings:

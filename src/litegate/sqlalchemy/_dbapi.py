@@ -21,8 +21,8 @@ The rules, all in this file:
   :class:`ReadOnlyScopeError`;
 - a transaction that begins while its own thread holds the gate through
   another connection of the same file would wait for itself: it runs as a
-  read-only snapshot instead, and a write in it raises
-  :class:`litegate.NestedWriteError` at once.
+  read-only snapshot instead (``PRAGMA query_only`` again), and a write in
+  it raises :class:`litegate.NestedWriteError` before anything changes.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ from .._gate import FileGate, drop_after_fork
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
 from .._statements import kind as _kind
-from ._config import Settings, resolve
+from ._config import DEFAULT_PROFILE, Settings, resolve
 from ._errors import gate_timeout, read_only_refused
 
-# What a statement means to the gate (memoized per SQL string).
+# What a statement means to the gate (memoized per SQL string). PRAGMA also
+# covers ATTACH and DETACH: statements about the connection, not the data.
 PRAGMA, READ, BEGIN, TX, WRITE = range(5)
 _SEEN: dict[str, int] = {}
 _MEMO_LIMIT = 4096
@@ -57,7 +58,9 @@ def classify(sql: str) -> int:
     if c is None:
         k = _kind(sql)
         head = sql.lstrip()[:9].upper()
-        if k == _READ_KIND:
+        if head.startswith(("ATTACH", "DETACH")):
+            c = PRAGMA  # the connection's own business: no gate, no BEGIN before it
+        elif k == _READ_KIND:
             c = PRAGMA if head.startswith("PRAGMA") else READ
         elif k == _TX_KIND:
             c = BEGIN if head.startswith(("BEGIN", "SAVEPOINT")) else TX
@@ -116,6 +119,16 @@ class Connection(sqlite3.Connection):
             self.litegate_gate = gate
         _CONNECTIONS.add(self)
 
+    # sqlite3's shortcuts make a plain cursor in C: route them through ours.
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any:
+        return self.cursor().executemany(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> Any:
+        return self.cursor().executescript(sql_script)
+
     def cursor(self, factory: Any = None) -> Any:
         if self._lg_forked:
             # The parent's connection, in a forked child: SQLAlchemy treats
@@ -151,14 +164,14 @@ class Connection(sqlite3.Connection):
         if self.litegate_pending and c != PRAGMA:
             self._lg_open()
         if c == WRITE:
-            if self.litegate_nested:
-                raise NestedWriteError(
-                    f"this transaction on {self._lg_path()!r} began while this thread (or "
-                    "asyncio task) held the file's write gate through another connection, so "
-                    "it can only read: waiting for the gate would wait for itself. Write "
-                    "through the connection that holds the gate, or end its transaction first"
-                )
-            if not self.litegate_held and self.litegate_gate is not None:
+            # Read-only and nested transactions run with PRAGMA query_only:
+            # SQLite itself refuses what really writes (a WITH … SELECT reads).
+            if (
+                not self.litegate_held
+                and self.litegate_gate is not None
+                and not self.litegate_read_only
+                and not self.litegate_nested
+            ):
                 self.litegate_take(sql)
         elif (
             c == BEGIN
@@ -174,8 +187,17 @@ class Connection(sqlite3.Connection):
             ok = True
             return result
         except sqlite3.OperationalError as exc:
-            if self.litegate_read_only and _readonly_refusal(exc):
-                raise read_only_refused(sql) from exc
+            if _readonly_refusal(exc):
+                if self.litegate_read_only:
+                    raise read_only_refused(sql) from exc
+                if self.litegate_nested:
+                    raise NestedWriteError(
+                        f"this transaction on {self._lg_path()!r} began while this thread (or "
+                        "asyncio task) held the file's write gate through another connection, "
+                        "so it can only read: waiting for the gate would wait for itself. "
+                        "Nothing was changed. Write through the connection that holds the "
+                        "gate, or end its transaction first"
+                    ) from exc
             raise
         finally:
             if self.litegate_held and not self._lg_in_transaction():
@@ -185,16 +207,18 @@ class Connection(sqlite3.Connection):
         """The pending transaction's ``BEGIN``: IMMEDIATE with the gate, or a
         read-only snapshot (read-only scope; or nested, see above)."""
         self.litegate_pending = False
-        if self.litegate_read_only or self.litegate_nested:
+        if self.litegate_read_only:
             self._lg_raw("BEGIN")
             return
-        if not self.litegate_held and self.litegate_gate is not None:
+        if not self.litegate_held and self.litegate_gate is not None and not self.litegate_nested:
             try:
                 self.litegate_take("BEGIN IMMEDIATE")
             except NestedWriteError:
                 self.litegate_nested = True
-                self._lg_raw("BEGIN")
-                return
+        if self.litegate_nested:
+            self._lg_raw("PRAGMA query_only = 1")
+            self._lg_raw("BEGIN")
+            return
         try:
             self._lg_raw("BEGIN IMMEDIATE")
         except BaseException:
@@ -236,7 +260,11 @@ class Connection(sqlite3.Connection):
 
     def _lg_settle(self, committed: bool) -> None:
         if not self._lg_in_transaction():
-            self.litegate_nested = False
+            if self.litegate_nested:
+                self.litegate_nested = False
+                if not self.litegate_read_only:
+                    with contextlib.suppress(sqlite3.Error):  # closed: nothing to undo
+                        self._lg_raw("PRAGMA query_only = 0")
             self.litegate_give(committed)
 
     def commit(self) -> None:
@@ -272,6 +300,12 @@ class Connection(sqlite3.Connection):
             return
         self.litegate_pending = self.litegate_nested = False
         try:
+            if self._lg_in_transaction():
+                # End the transaction first: with a cursor still open, sqlite3
+                # leaves a "zombie" connection that keeps SQLite's write lock
+                # until that cursor is collected, after the gate was given back.
+                with contextlib.suppress(sqlite3.Error):
+                    super().rollback()
             super().close()
         finally:
             self.litegate_give()
@@ -321,12 +355,17 @@ def gate_path(database: str, uri: bool) -> str | None:
 
 
 def connect(database: str, **kwargs: Any) -> Connection:
-    """``sqlite3.connect`` for ``sqlite+litegate``: takes litegate's
-    ``profile`` and ``pragmas`` besides sqlite3's own arguments
-    (``timeout`` is both the gate's wait and sqlite3's busy timeout)."""
-    settings = resolve(kwargs.pop("profile", "default"), kwargs.pop("pragmas", None),
+    """``sqlite3.connect`` for ``sqlite+litegate``: what the dialect opens,
+    and what a ``creator=`` (or ``async_creator=``) must return. Takes
+    litegate's ``profile`` and ``pragmas`` besides sqlite3's own arguments;
+    ``timeout`` is both the gate's wait and sqlite3's busy timeout. A file
+    database's connection may be used from any thread (one at a time), as
+    SQLAlchemy's pool does."""
+    settings = resolve(kwargs.pop("profile", DEFAULT_PROFILE), kwargs.pop("pragmas", None),
                        kwargs.get("timeout"))  # fmt: skip
     kwargs["timeout"] = settings.timeout
+    path = gate_path(database, bool(kwargs.get("uri")))
+    kwargs.setdefault("check_same_thread", path is None)
     factory = kwargs.pop("factory", None)
     cls: type[Connection] = Connection
     if factory is not None and not issubclass(Connection, factory):
@@ -334,11 +373,32 @@ def connect(database: str, **kwargs: Any) -> Connection:
         cls = type(f"Litegate{factory.__name__}", (Connection, factory), {})
     conn = sqlite3.connect(database, factory=cls, **kwargs)
     try:
-        conn.litegate_setup(gate_path(database, bool(kwargs.get("uri"))), settings)
+        conn.litegate_setup(path, settings)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+class DBAPI:
+    """The DBAPI module of ``sqlite+litegate``: ``sqlite3``'s names, with
+    :func:`connect` (so that ``create_engine(module=...)`` wrappers, as
+    SQLAlchemy's own tests use, see every connection)."""
+
+    paramstyle = "qmark"
+    # The driver whose names and exceptions these are (SQLAlchemy looks it up).
+    __name__ = sqlite3.dbapi2.__name__
+
+    def __init__(self) -> None:
+        for name in dir(sqlite3):
+            if not name.startswith("_") and name != "connect":
+                setattr(self, name, getattr(sqlite3, name))
+
+    def __getattr__(self, name: str) -> Any:  # for mypy: sqlite3's names, set above
+        raise AttributeError(name)
+
+    def connect(self, database: str, **kwargs: Any) -> Any:
+        return connect(database, **kwargs)
 
 
 def _after_fork_in_child() -> None:

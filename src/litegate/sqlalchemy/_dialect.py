@@ -14,7 +14,7 @@ from sqlalchemy.engine.characteristics import ConnectionCharacteristic
 from sqlalchemy.engine.interfaces import ConnectArgsType, DBAPIConnection
 
 from . import _dbapi
-from ._config import parse_pragmas, resolve
+from ._config import DEFAULT_PROFILE, parse_pragmas, resolve
 from ._errors import ConfigError
 from ._pool import AsyncFairQueuePool, FairQueuePool
 
@@ -57,6 +57,16 @@ class LitegateDialect(SQLiteDialect_pysqlite):
     def get_async_dialect_cls(cls, url: URL) -> type[AsyncLitegateDialect]:
         return AsyncLitegateDialect
 
+    @classmethod
+    def load_provisioning(cls) -> None:
+        # SQLAlchemy looks for a "provision" module next to the dialect's; the
+        # SQLite one applies (test databases, attached schemas).
+        import sqlalchemy.dialects.sqlite.provision  # noqa: F401
+
+    @classmethod
+    def import_dbapi(cls) -> Any:
+        return _dbapi.DBAPI()
+
     def create_connect_args(self, url: URL) -> ConnectArgsType:
         query = dict(url.query)
         profile = query.pop("profile", None)
@@ -69,11 +79,8 @@ class LitegateDialect(SQLiteDialect_pysqlite):
                 raise ConfigError("give ?pragmas= once, as NAME=VALUE items separated by commas")
             opts["pragmas"] = parse_pragmas(pragmas)
         # connect_args may still override these; checked again on connect
-        resolve(opts.get("profile", "default"), opts.get("pragmas"), opts.get("timeout"))
+        resolve(opts.get("profile", DEFAULT_PROFILE), opts.get("pragmas"), opts.get("timeout"))
         return args, opts
-
-    def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
-        return _dbapi.connect(*cargs, **cparams)  # type: ignore[return-value]
 
     def on_connect(self) -> Callable[[DBAPIConnection], None]:
         stock = super().on_connect()
@@ -81,8 +88,9 @@ class LitegateDialect(SQLiteDialect_pysqlite):
         def setup(conn: DBAPIConnection) -> None:
             if not hasattr(conn, "litegate_begin"):
                 raise ConfigError(
-                    "sqlite+litegate opens its own connections; a creator= (or a pool made "
-                    "outside the engine) gave it a plain one. Drop creator= and put the "
+                    "sqlite+litegate needs its own connections, and a creator= (or a pool made "
+                    "outside the engine) gave it a plain one: make them with "
+                    "litegate.sqlalchemy.connect(path, ...), or drop creator= and put the "
                     "sqlite3 arguments in the URL or connect_args"
                 )
             stock(conn)
@@ -114,10 +122,6 @@ class AsyncLitegateDialect(LitegateDialect):
         if cls._is_url_file_db(url):
             return AsyncFairQueuePool
         return pool.StaticPool  # in memory: one connection, as with aiosqlite
-
-    def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
-        conn: DBAPIConnection = self.loaded_dbapi.connect(*cargs, **cparams)
-        return conn
 
     def get_driver_connection(self, connection: DBAPIConnection) -> Any:
         return connection._connection
