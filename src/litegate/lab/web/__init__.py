@@ -59,13 +59,13 @@ from .._progress import Progress
 from .._stats import median
 from . import _acks, _hey
 from ._actions import MIXES as _WEIGHTS
+from ._cli import ALL_ENGINES as ENGINES  # the union of both frameworks' engines
 from ._cli import ENGINES as ENGINES_OF
 from ._cli import FRAMEWORKS
 from ._server import Server
 
 NAME = "web"
 HELP = "seed 003: the Hacker News app in Django (gunicorn) and FastAPI (uvicorn), loaded with hey"
-ENGINES = ("naive", "wal", "tuned", "litegate")  # the union of both frameworks' engines
 MIXES = tuple(_WEIGHTS)
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
