@@ -59,12 +59,12 @@ from .._progress import Progress
 from .._stats import median
 from . import _acks, _hey
 from ._actions import MIXES as _WEIGHTS
-from ._cli import ALL_ENGINES as ENGINES  # the union of both frameworks' engines
+from ._cli import ALL_ENGINES, FRAMEWORKS
 from ._cli import ENGINES as ENGINES_OF
-from ._cli import FRAMEWORKS
 from ._server import Server
 
 NAME = "web"
+ENGINES = ALL_ENGINES  # the union of both frameworks' engines
 HELP = "seed 003: the Hacker News app in Django (gunicorn) and FastAPI (uvicorn), loaded with hey"
 MIXES = tuple(_WEIGHTS)
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
