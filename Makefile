@@ -5,8 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # hey, the HTTP load generator of seed 003, built from source into the project
 HEY    := .tools/bin/hey
+# SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
+SQLA20 := .venv-sqla20
 
-.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +31,7 @@ demo: $(STAMP) $(HEY)
 	$(VENV)/bin/litegate bench tasks --quick --out results/demo-tasks
 	$(VENV)/bin/litegate bench web --quick --out results/demo-web
 
-test: lint typecheck unit django-suite
+test: lint typecheck unit django-suite sqlalchemy-suite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo
@@ -81,6 +83,27 @@ test-django-matrix:
 test-django-full: $(STAMP)
 	$(PY) tests/django_suite/run.py --all --parallel 2
 
+# SQLAlchemy's dialect compliance suite (sqlalchemy.testing.suite) against
+# sqlite+litegate and sqlite+litegate_async at once, SQLAlchemy 2.1; fails on
+# any failure (~1 minute).
+sqlalchemy-suite: $(STAMP)
+	$(PY) tests/sqlalchemy_suite/run.py
+
+$(SQLA20)/.installed:
+	$(PYTHON) -m venv $(SQLA20)
+	$(SQLA20)/bin/python -m pip install --quiet --upgrade pip
+	$(SQLA20)/bin/python -m pip install --quiet "SQLAlchemy[asyncio]>=2.0,<2.1" "aiosqlite>=0.20" "pytest>=8"
+	touch $@
+
+# SQLAlchemy's own SQLite-relevant tests (dialect, transactions, pool,
+# session, asyncio, from its source distribution) on the stock drivers and on
+# litegate's in the same run, failing ids compared; SQLAlchemy 2.1 (.venv),
+# then 2.0 ($(SQLA20)); ~20 minutes.
+test-sqlalchemy-full: $(STAMP) $(SQLA20)/.installed
+	$(PY) tests/sqlalchemy_suite/run.py --full; a=$$?; \
+	$(SQLA20)/bin/python tests/sqlalchemy_suite/run.py --full; b=$$?; \
+	test $$a -eq 0 -a $$b -eq 0
+
 # The two comparisons of the core's closing note: 50 threads on 5 read
 # connections against SQLAlchemy's QueuePool, and 8 processes x 4 threads
 # writing while a parent holds the gate ~1 s, against sqlite3.connect(timeout=5).
@@ -108,10 +131,11 @@ bench-queue-pg: $(STAMP)
 bench-tasks: $(STAMP)
 	$(VENV)/bin/litegate bench tasks --runs 3 --out results/tasks
 
-# Seed 003 in full: the four engine configurations, the headline cell three
-# times, the balanced sweep 1..256 and read_heavy / write_heavy (~12 minutes).
+# Seed 003 in full, the app in Django (gunicorn; four engine configurations)
+# and in FastAPI (uvicorn; three): the headline cell three times, the balanced
+# sweep 1..256, read_heavy / write_heavy at c = 20 and 64 (~25 minutes).
 bench-web: $(STAMP) $(HEY)
 	$(VENV)/bin/litegate bench web --out results/web
 
 clean:
-	rm -rf $(VENV) .tools .venv-django42 .venv-django6 .mypy_cache .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) .tools .venv-django42 .venv-django6 $(SQLA20) .mypy_cache .pytest_cache .ruff_cache .cache

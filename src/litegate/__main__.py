@@ -2,7 +2,7 @@
 
 Commands: ``doctor`` and ``top``, to look at a database in use; ``bench``,
 the lab (``litegate bench --help``); ``web``, seed 003's
-Django app (``litegate web --help``); and ``worker``, which runs a function
+app in Django or FastAPI (``litegate web --help``); and ``worker``, which runs a function
 over a job queue (``litegate worker --help``). The lab lives in
 :mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
 :mod:`litegate.queue`. Both are imported only when their command runs, so
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser(
         "web",
-        help="seed 003's Django app: 'litegate web seed DB', 'litegate web serve DB'",
+        help="seed 003's app (Django or FastAPI): 'litegate web seed DB', 'litegate web serve DB'",
         add_help=False,
     )
     sub.add_parser(
@@ -59,7 +59,7 @@ def _web(args: list[str]) -> int:
         from litegate.lab.web._cli import main as web_main
     except ModuleNotFoundError as exc:
         print(
-            f"litegate web needs Django (missing: {exc.name!r}).\n"
+            f"litegate web needs the web extra (missing: {exc.name!r}).\n"
             "Install it with:  pip install 'litegate[web]'",
             file=sys.stderr,
         )

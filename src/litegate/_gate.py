@@ -21,6 +21,8 @@ if it was idle.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import os
 import sqlite3
@@ -32,7 +34,7 @@ from contextlib import contextmanager
 from . import _grantlog
 from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError, OpenError
-from ._fair import BOUNDED, Budget, FairLock, QueueClosed
+from ._fair import BOUNDED, QUEUED, Budget, FairLock, QueueClosed
 from ._filelock import ProcessLock
 from ._guard import close_connection
 
@@ -113,6 +115,11 @@ def _after_fork_in_child() -> None:
 
 
 _FORK_ORPHANS: list[sqlite3.Connection] = []
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -354,6 +361,61 @@ class FileGate:
         if _grantlog.active() is not None:
             head = self.plock.last_head_ns if self._ticket >= 0 else 0
             self._grant = (arrive, time.monotonic_ns(), queued, self._ticket, head, budget)
+
+    async def acquire_async(self, timeout: float | None) -> bool:
+        """:meth:`acquire` for asyncio (the seam ``litegate.sqlalchemy``'s
+        asyncio driver waits on). This process's line is waited on the event
+        loop, without a thread: a task cancelled (or timed out) while it
+        waits leaves the line, and whoever is behind it moves up. The
+        cross-process queue, which blocks, is waited on the loop's default
+        executor; if the task is cancelled meanwhile, the gate is given back
+        as soon as that wait ends. False if ``timeout`` seconds passed first.
+        The owner is the loop's thread, so a blocking :meth:`acquire` from
+        that thread (which would stall the loop that must release the gate)
+        raises :class:`NestedWriteError` instead of hanging."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        q = self.lock.queue
+        woken: list[asyncio.Future[None]] = [loop.create_future()]
+
+        def notify() -> None:  # any thread
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_wake, woken[0])
+
+        try:
+            status, _token, waiter = q.enqueue(notify, BOUNDED)
+        except QueueClosed:  # pragma: no cover - the shared lock is never closed
+            return False
+        while status == QUEUED:
+            assert waiter is not None
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                await asyncio.wait_for(woken[0], left)
+            except asyncio.TimeoutError:
+                q.cancel(waiter)
+                return False
+            except BaseException:
+                q.cancel(waiter)
+                raise
+            woken[0] = loop.create_future()
+            status, _token = q.claim(waiter)
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        # (on failure hold_across_processes gives the in-process lock back itself)
+        crossing = loop.run_in_executor(None, self.hold_across_processes, left, BOUNDED)
+        try:
+            got = await asyncio.shield(crossing)
+        except BaseException:  # cancelled: give the gate back once that wait ends
+
+            def settle(f: asyncio.Future[bool]) -> None:
+                if not f.cancelled() and f.exception() is None and f.result():
+                    self.release()
+
+            crossing.add_done_callback(settle)
+            raise
+        if not got:
+            return False
+        self.owner = threading.get_ident()
+        return True
 
     def release(self) -> None:
         """Give the gate back. The cross-process gate stays with this process

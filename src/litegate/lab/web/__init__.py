@@ -1,31 +1,45 @@
-"""``litegate bench web``: seed 003, the "Hacker News" load test, in Django.
+"""``litegate bench web``: seed 003, the "Hacker News" load test, in Django
+and in FastAPI.
 
-The app (``litegate.lab.web.app``) runs under a real gunicorn (gthread; 2
-workers x 3 threads by default) on 127.0.0.1, and a real ``hey`` loads it
-with the seed's command, ``hey -c N -z Ss -m POST …/benchmarking/MIX``, for
-four configurations of the same code, in the same run:
+The same app twice, on the same seeded file: in Django
+(``litegate.lab.web.app``) under a real gunicorn (gthread; 2 workers x 3
+threads by default), and in FastAPI + SQLAlchemy 2.0 asyncio
+(``litegate.lab.web.fastapi_app``) under a real uvicorn (2 workers, one
+event loop each), both on 127.0.0.1; a real ``hey`` loads each with the
+seed's command, ``hey -c N -z Ss -m POST …/benchmarking/MIX``, for each
+engine configuration of the same code, in the same run:
 
-- ``naive``: Django's defaults (ENGINE and NAME only; rollback journal);
-- ``wal``: naive on a file in WAL mode;
-- ``tuned``: Django's best today: ``transaction_mode: IMMEDIATE``,
-  ``timeout`` 5 s, WAL and the usual PRAGMAs through ``init_command``,
-  persistent connections;
-- ``litegate``: ``ENGINE: "litegate.django"``, persistent connections.
+- Django: ``naive`` (Django's defaults: ENGINE and NAME only; rollback
+  journal), ``wal`` (naive on a file in WAL mode), ``tuned`` (Django's best
+  today: ``transaction_mode: IMMEDIATE``, ``timeout`` 5 s, WAL and the usual
+  PRAGMAs through ``init_command``, persistent connections), ``litegate``
+  (``ENGINE: "litegate.django"``, persistent connections);
+- FastAPI: ``naive`` (SQLAlchemy's defaults with aiosqlite), ``tuned``
+  (SQLAlchemy's documented recipe: BEGIN IMMEDIATE through event
+  listeners, busy timeout, WAL and the same PRAGMAs, a reader engine with
+  a deferred BEGIN), ``litegate`` (``sqlite+litegate``; reads in its
+  read-only scope).
 
 Cells: the seed's headline (``balanced`` at c = 20, ``--headline`` times), a
 sweep of ``balanced`` over ``--sweep`` concurrencies, and ``--mixes`` at
-c = 20. Cells run cell-major (every engine, then the next cell), each on a
-fresh copy of one seeded database (``--no-reset``: one copy per engine,
-kept across its cells, as the seed's "three runs on one seed") and a
-fresh server. Per cell: requests/s, p50/p90/p99, slowest, status codes,
-"database is locked" errors in the server's log, server CPU seconds per
-request.
+each of ``--mix-c``. Cells run cell-major (every framework and engine,
+then the next cell), each on a fresh copy of one seeded database
+(``--no-reset``: one copy per engine, kept across its cells, as the seed's
+"three runs on one seed") and a fresh server. Per cell: requests/s,
+p50/p90/p99, slowest, status codes, "database is locked" errors in the
+server's log, server CPU seconds per request; then, with the server
+stopped, the database is checked: ``PRAGMA integrity_check``, ``PRAGMA
+foreign_key_check``, and every write the app acknowledged during the load
+is there (``._acks``: each worker appends each write whose commit returned
+to a ledger file before it answers).
 
-gunicorn runs with ``--keep-alive 0``: a gthread worker that keeps a
-client's idle connection parks it, and with more clients than threads the
-others wait for it behind keep-alive timers (multi-second outliers that
-are the server's, not the database's). Closing each connection after its
-response makes every request queue at the listening socket instead.
+Both servers close each connection after its response (``--keep-alive
+0``): a gthread worker that keeps a client's idle connection parks it, and
+with more clients than threads the others wait for it behind keep-alive
+timers (multi-second outliers that are the server's, not the database's);
+a uvicorn worker keeps every client whose first connection it accepted.
+Closing each connection makes every request queue at the listening socket
+instead, where any free worker takes it.
 """
 
 from __future__ import annotations
@@ -43,28 +57,37 @@ from typing import Any
 from .._args import positive_float, positive_int
 from .._progress import Progress
 from .._stats import median
-from . import _hey
+from . import _acks, _hey
+from ._actions import MIXES as _WEIGHTS
+from ._cli import ALL_ENGINES, FRAMEWORKS
+from ._cli import ENGINES as ENGINES_OF
 from ._server import Server
 
 NAME = "web"
-HELP = "seed 003: the Hacker News Django app under gunicorn, loaded with hey"
-ENGINES = ("naive", "wal", "tuned", "litegate")
-MIXES = ("read_heavy", "balanced", "write_heavy")
+ENGINES = ALL_ENGINES  # the union of both frameworks' engines
+HELP = "seed 003: the Hacker News app in Django (gunicorn) and FastAPI (uvicorn), loaded with hey"
+MIXES = tuple(_WEIGHTS)
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
 class Config:
-    engines: tuple[str, ...] = ENGINES
+    frameworks: tuple[str, ...] = FRAMEWORKS
+    engines: tuple[str, ...] = ENGINES  # each framework runs those of them it has
     seconds: float = 10.0
     headline: int = 3
     sweep: tuple[int, ...] = SWEEP
     mixes: tuple[str, ...] = ("read_heavy", "write_heavy")
+    mix_c: tuple[int, ...] = (20, 64)
     workers: int = 2
     threads: int = 3
     reset: bool = True
     hey: str = ""
     runs: int = 1
+
+    def sides(self) -> list[tuple[str, str]]:
+        """(framework, engine) pairs, in the order each cell runs them."""
+        return [(f, e) for f in self.frameworks for e in ENGINES_OF[f] if e in self.engines]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -75,7 +98,16 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (all four)")
+    p.add_argument(
+        "--framework",
+        default=",".join(FRAMEWORKS),
+        help="comma-separated: django (gunicorn), fastapi (uvicorn) (both)",
+    )
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help="comma-separated (all): naive, wal (django only), tuned, litegate",
+    )
     p.add_argument(
         "--seconds", type=positive_float, default=10.0, help="hey -z per cell (10, the seed's)"
     )
@@ -88,10 +120,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mixes",
         default="read_heavy,write_heavy",
-        help="other mixes run at c=20 ('' for none)",
+        help="other mixes, run at each --mix-c ('' for none)",
     )
-    p.add_argument("--workers", type=positive_int, default=2, help="gunicorn workers (2)")
-    p.add_argument("--threads", type=positive_int, default=3, help="threads per worker (3)")
+    p.add_argument("--mix-c", default="20,64", help="concurrencies of the --mixes cells (20,64)")
+    p.add_argument("--workers", type=positive_int, default=2, help="gunicorn / uvicorn workers (2)")
+    p.add_argument(
+        "--threads", type=positive_int, default=3, help="threads per gunicorn worker (3)"
+    )
     p.add_argument(
         "--no-reset",
         action="store_true",
@@ -102,10 +137,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    frameworks = tuple(dict.fromkeys(f.strip() for f in args.framework.split(",") if f.strip()))
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad or not frameworks:
+        raise ValueError(f"unknown framework(s) {bad}; pick from {', '.join(FRAMEWORKS)}")
+    engines = tuple(dict.fromkeys(e.strip() for e in args.engines.split(",") if e.strip()))
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
         raise ValueError(f"unknown engine(s) {bad}; pick from {', '.join(ENGINES)}")
+    for f in frameworks:
+        if not set(engines) & set(ENGINES_OF[f]):
+            raise ValueError(
+                f"none of the engines {', '.join(engines)} runs on {f}; "
+                f"its engines: {', '.join(ENGINES_OF[f])}"
+            )
     mixes = tuple(m.strip() for m in args.mixes.split(",") if m.strip())
     bad = [m for m in mixes if m not in MIXES]
     if bad:
@@ -115,15 +160,17 @@ def config_from_args(args: argparse.Namespace) -> Config:
     except _hey.HeyMissing as exc:
         raise ValueError(str(exc)) from None
     if args.quick:
-        return Config(engines=engines, seconds=3.0, headline=1, sweep=(), mixes=(),
-                      workers=args.workers, threads=args.threads, reset=True, hey=hey,
-                      runs=args.runs)  # fmt: skip
+        return Config(frameworks=frameworks, engines=engines, seconds=3.0, headline=1,
+                      sweep=(), mixes=(), workers=args.workers, threads=args.threads,
+                      reset=True, hey=hey, runs=args.runs)  # fmt: skip
     return Config(
+        frameworks=frameworks,
         engines=engines,
         seconds=args.seconds,
         headline=args.headline,
         sweep=_ints(args.sweep),
         mixes=mixes,
+        mix_c=_ints(args.mix_c) if mixes else (),
         workers=args.workers,
         threads=args.threads,
         reset=not args.no_reset,
@@ -136,7 +183,7 @@ def _cells(cfg: Config) -> list[tuple[str, str, int, int]]:
     """(kind, mix, concurrency, repeat) in the order they run."""
     cells = [("headline", "balanced", 20, k) for k in range(cfg.headline)]
     cells += [("sweep", "balanced", n, 0) for n in cfg.sweep]
-    cells += [("mix", m, 20, 0) for m in cfg.mixes]
+    cells += [("mix", m, n, 0) for m in cfg.mixes for n in cfg.mix_c]
     return cells
 
 
@@ -147,33 +194,76 @@ def _seed(path: str) -> None:
     )  # fmt: skip
 
 
-_LOCKED = b"django.db.utils.OperationalError: database is locked"
-_SERVER_ERROR = b"Internal Server Error:"
+# The last line of the traceback of a request that failed on "database is
+# locked", and the first line of every failed request's log entry.
+_LOCKED = {
+    "django": b"django.db.utils.OperationalError: database is locked",
+    "fastapi": b"sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
+}
+_SERVER_ERROR = {"django": b"Internal Server Error:", "fastapi": b"Exception in ASGI application"}
 
 
-def _count(log: Path, start: int) -> tuple[int, int]:
+def _count(log: Path, start: int, framework: str) -> tuple[int, int]:
     """Lines of the server's log from ``start`` on: ("database is locked"
     errors, 500 tracebacks), in one pass."""
     locked = errors = 0
+    locked_line, error_line = _LOCKED[framework], _SERVER_ERROR[framework]
     with open(log, "rb") as f:
         f.seek(start)
         for line in f:
-            locked += line.startswith(_LOCKED)
-            errors += line.startswith(_SERVER_ERROR)
+            locked += line.startswith(locked_line)
+            errors += line.startswith(error_line)
     return locked, errors
 
 
-def _cell(cfg: Config, engine: str, db: str, log: Path, mix: str, n: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Side:
+    """One framework and engine's files in the run's directory."""
+
+    framework: str
+    engine: str
+    tmp: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework}-{self.engine}"
+
+    @property
+    def db(self) -> str:
+        return os.path.join(self.tmp, f"{self.label}.db")
+
+    @property
+    def acks(self) -> Path:
+        return Path(self.tmp) / f"{self.label}-acks"
+
+    @property
+    def log(self) -> Path:
+        return Path(self.tmp) / f"{self.label}.log"
+
+    def reset(self, template: str) -> None:
+        """A fresh copy of the seeded database, and an empty ledger."""
+        for suffix in ("", "-wal", "-shm", "-litegate"):
+            if os.path.exists(self.db + suffix):
+                os.remove(self.db + suffix)
+        shutil.rmtree(self.acks, ignore_errors=True)
+        shutil.copyfile(template, self.db)
+
+
+def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
+    log = side.log
     start = log.stat().st_size if log.exists() else 0
-    with Server(db, engine, log, workers=cfg.workers, threads=cfg.threads) as srv:
+    threads = cfg.threads if side.framework == "django" else None
+    with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
+                workers=cfg.workers, threads=threads) as srv:  # fmt: skip
         cpu0 = srv.cpu_seconds()
         summary, _ = _hey.run(cfg.hey, f"{srv.url}/benchmarking/{mix}", n, cfg.seconds)
         cpu = srv.cpu_seconds() - cpu0
         code = srv.stop()
     responses = max(1, summary.responses)
-    locked, server_errors = _count(log, start)
+    locked, server_errors = _count(log, start, side.framework)
     return {
-        "engine": engine,
+        "framework": side.framework,
+        "engine": side.engine,
         "mix": mix,
         "c": n,
         "hey": summary.as_dict(),
@@ -182,36 +272,34 @@ def _cell(cfg: Config, engine: str, db: str, log: Path, mix: str, n: int) -> dic
         "cpu_s": cpu,
         "cpu_ms_per_request": 1000.0 * cpu / responses,
         "server_exit": code,
+        # The server is stopped: the file is what it left.
+        "check": _acks.check(side.db, side.acks).as_dict(),
     }
 
 
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     progress = progress or Progress(0)
     cells = _cells(cfg)
-    progress.total = float(cfg.runs * len(cells) * len(cfg.engines))
+    progress.total = float(cfg.runs * len(cells) * len(cfg.sides()))
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="litegate-bench-web-") as tmp:
         template = os.path.join(tmp, "seeded.db")
         _seed(template)
         for r in range(cfg.runs):
-            kept: dict[str, str] = {}
+            kept: set[_Side] = set()
             for kind, mix, n, k in cells:
-                for engine in cfg.engines:
-                    progress.describe(f"run {r + 1}: {engine} {mix} c={n}")
-                    db = kept.get(engine) or os.path.join(tmp, f"{engine}.db")
-                    if cfg.reset or engine not in kept:
-                        for suffix in ("", "-wal", "-shm", "-litegate"):
-                            if os.path.exists(db + suffix):
-                                os.remove(db + suffix)
-                        shutil.copyfile(template, db)
-                        kept[engine] = db
-                    log = Path(tmp) / f"{engine}.log"
-                    row = _cell(cfg, engine, db, log, mix, n)
+                for framework, engine in cfg.sides():
+                    progress.describe(f"run {r + 1}: {framework} {engine} {mix} c={n}")
+                    side = _Side(framework, engine, tmp)
+                    if cfg.reset or side not in kept:
+                        side.reset(template)
+                        kept.add(side)
+                    row = _cell(cfg, side, mix, n)
                     row.update(run=r, kind=kind, repeat=k)
                     results.append(row)
                     progress.advance()
     return {"experiment": NAME, "config": asdict(cfg), "cells": results,
-            "summary": summarize(results, cfg.engines)}  # fmt: skip
+            "summary": summarize(results, cfg)}  # fmt: skip
 
 
 def _rate(row: dict[str, Any], code: int) -> float:
@@ -221,48 +309,84 @@ def _rate(row: dict[str, Any], code: int) -> float:
     return hits / max(1, answered)
 
 
-def summarize(cells: list[dict[str, Any]], engines: tuple[str, ...]) -> dict[str, Any]:
+def fives(row: dict[str, Any]) -> int:
+    """HTTP 5xx answers of one cell."""
+    return sum(v for k, v in row["hey"]["statuses"].items() if k.startswith("5"))
+
+
+CHECKS = ("integrity", "foreign_keys", "unreadable", "lost", "resurrected", "orphaned")
+
+
+def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The database checks of an engine's cells, added up."""
+    out: dict[str, Any] = {"cells": len(rows), "violations": 0, "acknowledged": 0}
+    out.update({k: 0 for k in CHECKS})
+    examples: list[str] = []
+    for c in rows:
+        ch = c["check"]
+        out["violations"] += ch["violations"]
+        out["acknowledged"] += sum(ch["acknowledged"].values())
+        for k in CHECKS:
+            out[k] += len(ch[k]) if k == "integrity" else ch[k]
+        examples += ch["integrity"][:2] + ch["examples"]
+    out["examples"] = examples[:8]
+    return out
+
+
+def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
+    head = [c for c in mine if c["kind"] == "headline"]
+    sweep: dict[int, list[dict[str, Any]]] = {}
+    for c in mine:
+        if c["mix"] == "balanced":
+            sweep.setdefault(c["c"], []).append(c)
+    mixes: dict[str, dict[str, Any]] = {}
+    for c in mine:
+        if c["kind"] == "mix":
+            mixes.setdefault(c["mix"], {})[str(c["c"])] = {
+                "rps": c["hey"]["rps"],
+                "p99_s": c["hey"]["percentiles"].get("99", 0.0),
+                "slowest_s": c["hey"]["slowest_s"],
+                "http_500_rate": _rate(c, 500),
+                "http_5xx": fives(c),
+                "responses": c["hey"]["responses"],
+                "locked": c["locked"],
+            }
+    return {
+        "headline": {
+            "rps": [c["hey"]["rps"] for c in head],
+            "average_s": [c["hey"]["average_s"] for c in head],
+            "p90_s": [c["hey"]["percentiles"].get("90", 0.0) for c in head],
+            "p99_s": [c["hey"]["percentiles"].get("99", 0.0) for c in head],
+            "slowest_s": [c["hey"]["slowest_s"] for c in head],
+            "http_500": [c["hey"]["statuses"].get("500", 0) for c in head],
+            "http_5xx": [fives(c) for c in head],
+            "responses": [c["hey"]["responses"] for c in head],
+            "locked": [c["locked"] for c in head],
+            "cpu_ms_per_request": [c["cpu_ms_per_request"] for c in head],
+        },
+        "sweep": {
+            str(n): {
+                "rps": median([c["hey"]["rps"] for c in rows]),
+                "p99_s": median([c["hey"]["percentiles"].get("99", 0.0) for c in rows]),
+                "slowest_s": max(c["hey"]["slowest_s"] for c in rows),
+                "http_500_rate": median([_rate(c, 500) for c in rows]),
+                "http_5xx": sum(fives(c) for c in rows),
+                "responses": sum(c["hey"]["responses"] for c in rows),
+            }
+            for n, rows in sorted(sweep.items())
+        },
+        "mixes": mixes,
+        "checks": _checks(mine),
+    }
+
+
+def summarize(cells: list[dict[str, Any]], cfg: Config) -> dict[str, Any]:
+    """Per framework, per engine: the headline's runs, the sweep (medians
+    across runs), the mixes, the database checks."""
     out: dict[str, Any] = {}
-    for e in engines:
-        mine = [c for c in cells if c["engine"] == e]
-        head = [c for c in mine if c["kind"] == "headline"]
-        sweep: dict[int, list[dict[str, Any]]] = {}
-        for c in mine:
-            if c["mix"] == "balanced":
-                sweep.setdefault(c["c"], []).append(c)
-        out[e] = {
-            "headline": {
-                "rps": [c["hey"]["rps"] for c in head],
-                "average_s": [c["hey"]["average_s"] for c in head],
-                "p90_s": [c["hey"]["percentiles"].get("90", 0.0) for c in head],
-                "p99_s": [c["hey"]["percentiles"].get("99", 0.0) for c in head],
-                "slowest_s": [c["hey"]["slowest_s"] for c in head],
-                "http_500": [c["hey"]["statuses"].get("500", 0) for c in head],
-                "responses": [c["hey"]["responses"] for c in head],
-                "locked": [c["locked"] for c in head],
-                "cpu_ms_per_request": [c["cpu_ms_per_request"] for c in head],
-            },
-            "sweep": {
-                str(n): {
-                    "rps": median([c["hey"]["rps"] for c in rows]),
-                    "p99_s": median([c["hey"]["percentiles"].get("99", 0.0) for c in rows]),
-                    "slowest_s": max(c["hey"]["slowest_s"] for c in rows),
-                    "http_500_rate": median([_rate(c, 500) for c in rows]),
-                }
-                for n, rows in sorted(sweep.items())
-            },
-            "mixes": {
-                c["mix"]: {
-                    "rps": c["hey"]["rps"],
-                    "p99_s": c["hey"]["percentiles"].get("99", 0.0),
-                    "slowest_s": c["hey"]["slowest_s"],
-                    "http_500_rate": _rate(c, 500),
-                    "locked": c["locked"],
-                }
-                for c in mine
-                if c["kind"] == "mix"
-            },
-        }
+    for f, e in cfg.sides():
+        mine = [c for c in cells if c["framework"] == f and c["engine"] == e]
+        out.setdefault(f, {})[e] = _engine_summary(mine)
     return out
 
 

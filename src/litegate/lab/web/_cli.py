@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sqlite3
 import sys
 from contextlib import closing
 
-from .app.engines import ENGINES
+from .app.engines import ENGINES as DJANGO_ENGINES
+from .fastapi_app import ENGINES as FASTAPI_ENGINES
 
 PROG = "litegate web"
+FRAMEWORKS = ("django", "fastapi")
+ALL_ENGINES = DJANGO_ENGINES  # a superset of the FastAPI app's
+ENGINES = {"django": DJANGO_ENGINES, "fastapi": FASTAPI_ENGINES}
 SETTINGS = "litegate.lab.web.app.settings"
 
 DESCRIPTION = """\
-Seed 003's Hacker-News-style Django app (users, posts, comments; the
-/benchmarking/... routes that `litegate bench web` loads with hey).
+Seed 003's Hacker-News-style app (users, posts, comments; the
+/benchmarking/... routes that `litegate bench web` loads with hey), in
+Django under gunicorn or in FastAPI + SQLAlchemy asyncio under uvicorn;
+both serve the file that `seed` makes.
 
   litegate web seed hn.db
   litegate web serve hn.db --engine litegate --bind 127.0.0.1:8000
+  litegate web serve hn.db --framework fastapi --engine tuned
 
 Pages: / (latest posts), /posts/ID/, /users/ID/. Routes, all POST:
 /benchmarking/read_heavy, write_heavy, balanced (mixes of the actions, with
@@ -37,32 +45,53 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--users", type=int, default=100, help="users (100)")
     s.add_argument("--posts", type=int, default=1000, help="posts (1000)")
     s.add_argument("--comments", type=int, default=10, help="comments per post (10)")
-    v = sub.add_parser("serve", help="serve the app with gunicorn (gthread)")
+    v = sub.add_parser(
+        "serve", help="serve the app: Django under gunicorn (gthread) or FastAPI under uvicorn"
+    )
     v.add_argument("db", metavar="DB", help="a file made by 'litegate web seed'")
     v.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="django",
+        help="django: the Django app under gunicorn (default); fastapi: the same app on "
+        "FastAPI + SQLAlchemy asyncio under uvicorn",
+    )
+    v.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=ALL_ENGINES,
         default="litegate",
-        help="naive: Django's defaults; wal: the same in WAL mode; tuned: Django's own best "
-        "(IMMEDIATE, timeout, PRAGMAs, persistent connections); litegate: "
-        "ENGINE 'litegate.django' (default)",
+        help="naive: the framework's defaults; wal (django only): the same in WAL mode; "
+        "tuned: the framework's documented best (IMMEDIATE, busy timeout, PRAGMAs); "
+        "litegate: ENGINE 'litegate.django' or 'sqlite+litegate' (default)",
     )
     v.add_argument(
         "--bind",
         default="127.0.0.1:8000",
         help="127.0.0.1:PORT or unix:PATH (nothing else: a lab server) (127.0.0.1:8000)",
     )
-    v.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (2)")
-    v.add_argument("--threads", type=int, default=3, help="threads per worker (3)")
+    v.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    v.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads per gunicorn worker (django only; 3); a uvicorn worker is one event loop",
+    )
     v.add_argument(
         "--keep-alive",
         type=int,
         default=0,
         metavar="S",
-        help="gunicorn's keep-alive seconds; 0 (the default here) closes each connection "
-        "after its response, so that a gthread worker never parks a client's idle "
-        "connection while others wait: the load then measures the database, not "
-        "connection scheduling",
+        help="keep-alive seconds; 0 (the default here) closes each connection after its "
+        "response, so that a gthread worker never parks a client's idle connection while "
+        "others wait and a uvicorn worker does not keep the clients it accepted first: "
+        "the load then measures the database, not connection scheduling",
+    )
+    v.add_argument(
+        "--acks",
+        metavar="DIR",
+        default=None,
+        help="append every acknowledged write to a file per worker in DIR (created if "
+        "missing), for 'litegate bench web' to check the database against",
     )
     v.add_argument("--access-log", action="store_true", help="log every request on stderr")
     return p
@@ -109,35 +138,82 @@ def _serve(args: argparse.Namespace) -> int:
     bind = args.bind
     if not (bind.startswith("127.0.0.1:") or bind.startswith("unix:")):
         return _error(f"--bind must be 127.0.0.1:PORT or unix:PATH, got {bind!r}")
-    if args.workers < 1 or args.threads < 1:
+    engines = ENGINES[args.framework]
+    if args.engine not in engines:
+        return _error(
+            f"--engine {args.engine} is not one of the {args.framework} app's: "
+            + ", ".join(engines)
+        )
+    if args.workers < 1 or (args.threads is not None and args.threads < 1):
         return _error("--workers and --threads must be at least 1")
+    if args.keep_alive < 0:
+        return _error("--keep-alive must be 0 (close each connection) or more seconds")
+    if args.framework == "fastapi" and args.threads is not None:
+        return _error("--threads is for django (gunicorn gthread); a uvicorn worker has none")
     db = os.path.abspath(args.db)
     if not os.path.exists(db):
         return _error(f"{args.db} does not exist: create it with 'litegate web seed {args.db}'")
-    try:
-        import gunicorn  # noqa: F401
-    except ImportError:
-        return _error("gunicorn is not installed: pip install 'litegate[web]'")
+    missing = _missing(args.framework, args.engine)
+    if missing:
+        return _error(missing)
     with closing(sqlite3.connect(db)) as conn:
         conn.execute(f"PRAGMA journal_mode = {journal_for(args.engine)}")
-    env = {
-        **os.environ,
-        "LITEGATE_WEB_DB": db,
-        "LITEGATE_WEB_ENGINE": args.engine,
-        "DJANGO_SETTINGS_MODULE": SETTINGS,
-    }
-    cmd = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread",
-           "--workers", str(args.workers), "--threads", str(args.threads),
-           "--keep-alive", str(args.keep_alive), "--bind", bind,
-           "--graceful-timeout", "10", "--log-level", "warning",
-           "litegate.lab.web.app.wsgi:application"]  # fmt: skip
-    if args.access_log:
-        cmd += ["--access-logfile", "-"]
+    env = {**os.environ, "LITEGATE_WEB_DB": db, "LITEGATE_WEB_ENGINE": args.engine}
+    if args.acks:
+        os.makedirs(args.acks, exist_ok=True)
+        env["LITEGATE_WEB_ACKS"] = os.path.abspath(args.acks)
+    if args.framework == "django":
+        env["DJANGO_SETTINGS_MODULE"] = SETTINGS
+        cmd = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread",
+               "--workers", str(args.workers), "--threads", str(args.threads or 3),
+               "--keep-alive", str(args.keep_alive), "--bind", bind,
+               "--graceful-timeout", "10", "--log-level", "warning",
+               "litegate.lab.web.app.wsgi:application"]  # fmt: skip
+        if args.access_log:
+            cmd += ["--access-logfile", "-"]
+    else:
+        env["LITEGATE_WEB_KEEP_ALIVE"] = str(args.keep_alive)
+        where = (
+            ["--uds", bind[len("unix:") :]]
+            if bind.startswith("unix:")
+            else ["--host", "127.0.0.1", "--port", bind.rsplit(":", 1)[1]]
+        )
+        cmd = [sys.executable, "-m", "uvicorn", *where, "--workers", str(args.workers),
+               "--timeout-keep-alive", str(args.keep_alive or 5),
+               "--timeout-graceful-shutdown", "10", "--log-level", "warning",
+               "--access-log" if args.access_log else "--no-access-log",
+               "litegate.lab.web.fastapi_app.asgi:application"]  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
-    # This process becomes gunicorn's master: one PID to stop.
+    # This process becomes the server's master (gunicorn's arbiter, uvicorn's
+    # supervisor or its one worker): one PID to stop.
     os.execve(sys.executable, cmd, env)
     return 0  # pragma: no cover - execve does not return
+
+
+_NEEDS = {
+    "django": ("gunicorn",),
+    "fastapi": ("fastapi", "uvicorn", "jinja2", "aiosqlite", "greenlet"),
+}
+
+
+def _missing(framework: str, engine: str) -> str:
+    """What the server would lack, as an error message ('' if nothing)."""
+    absent = [m for m in _NEEDS[framework] if importlib.util.find_spec(m) is None]
+    if absent:
+        return f"{', '.join(absent)} not installed: pip install 'litegate[web]'"
+    if framework == "fastapi" and engine == "litegate":
+        from sqlalchemy.dialects import registry
+        from sqlalchemy.exc import NoSuchModuleError
+
+        try:
+            registry.load("sqlite.litegate")
+        except NoSuchModuleError:
+            return (
+                "SQLAlchemy has no sqlite+litegate dialect here: reinstall litegate "
+                "(pip install -e '.[web]') so that its entry point is registered"
+            )
+    return ""
 
 
 def _error(message: str) -> int:

@@ -1,5 +1,6 @@
-"""A real gunicorn serving the app (``litegate web serve``), started and
-stopped by PID, with its CPU time and its error log."""
+"""A real server of the app (``litegate web serve``: gunicorn for Django,
+uvicorn for FastAPI), started and stopped by PID, with its CPU time, its
+error log and its ledger of acknowledged writes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from . import _acks
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -41,23 +44,37 @@ def _children(pid: int) -> list[int]:
 
 
 class Server:
-    """``with Server(db, engine, ...) as srv:`` gunicorn on 127.0.0.1:port;
-    the log (stderr: tracebacks of 500s) goes to ``log``."""
+    """``with Server(db, engine, log, acks=DIR, ...) as srv:`` the app on
+    127.0.0.1:port; the log (stderr: tracebacks of 500s) goes to ``log``,
+    the workers' acknowledged writes to files in ``acks``."""
 
     def __init__(
-        self, db: str, engine: str, log: Path, *, workers: int, threads: int, keep_alive: int = 0
+        self,
+        db: str,
+        engine: str,
+        log: Path,
+        *,
+        acks: Path,
+        framework: str = "django",
+        workers: int,
+        threads: int | None = None,
+        keep_alive: int = 0,
     ) -> None:
-        self.db, self.engine, self.log = db, engine, log
-        self.workers, self.threads, self.keep_alive = workers, threads, keep_alive
+        self.db, self.engine, self.log, self.acks = db, engine, log, acks
+        self.framework, self.workers, self.threads = framework, workers, threads
+        self.keep_alive = keep_alive
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Server:
         cmd = [sys.executable, "-m", "litegate", "web", "serve", self.db,
-               "--engine", self.engine, "--bind", f"127.0.0.1:{self.port}",
-               "--workers", str(self.workers), "--threads", str(self.threads),
-               "--keep-alive", str(self.keep_alive)]  # fmt: skip
+               "--framework", self.framework, "--engine", self.engine,
+               "--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers),
+               "--keep-alive", str(self.keep_alive), "--acks", str(self.acks)]  # fmt: skip
+        if self.threads is not None:
+            cmd += ["--threads", str(self.threads)]
+        started = _acks.workers(self.acks) if self.acks.exists() else 0
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
         deadline = time.monotonic() + 60
@@ -67,17 +84,22 @@ class Server:
                     f"the server exited with {self.proc.returncode}; its log: "
                     + self.log.read_text()[-1500:]
                 )
-            try:
-                with urllib.request.urlopen(self.url + "/users/1/", timeout=5) as r:
-                    if r.status == 200 and len(_children(self.proc.pid)) >= self.workers:
-                        break
-            except OSError:
-                pass
+            # Ready: every worker has started the app (each opens its ledger
+            # file then) and one of them answers.
+            if _acks.workers(self.acks) - started >= self.workers and self._answers():
+                break
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("the server did not answer within 60 s")
             time.sleep(0.05)
         return self
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/users/1/", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
 
     def cpu_seconds(self) -> float:
         """CPU time of the master and its workers so far."""
@@ -86,17 +108,21 @@ class Server:
         return _cpu_of(pid) + sum(_cpu_of(c) for c in _children(pid))
 
     def stop(self) -> int:
-        """SIGTERM (gunicorn's graceful stop), then SIGKILL after 20 s; the
-        exit status."""
+        """SIGTERM (the server's graceful stop), then SIGKILL after 20 s; the
+        exit status (0 after a graceful stop, -9 if it had to be killed)."""
         proc = self.proc
         if proc is None:
             return 0
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                return proc.wait(20)
+                code = proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                return proc.wait(10)
+            # A single uvicorn process (no supervisor) raises the signal
+            # again once its graceful shutdown is done: that is a clean stop.
+            return 0 if code == -signal.SIGTERM else code
         return proc.wait(10)
 
     def __exit__(

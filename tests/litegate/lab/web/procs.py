@@ -7,11 +7,12 @@ import os
 from typing import Any
 
 
-def exercise(engine: str, db: str) -> dict[str, Any]:
-    """Every route once; returns each answer and the table counts around
-    the writes."""
+def exercise(engine: str, db: str, acks: str) -> dict[str, Any]:
+    """Every route once; returns each answer, the table counts around the
+    writes and what the ledger in ``acks`` holds after the single actions."""
     os.environ["LITEGATE_WEB_ENGINE"] = engine
     os.environ["LITEGATE_WEB_DB"] = db
+    os.environ["LITEGATE_WEB_ACKS"] = acks
     os.environ["DJANGO_SETTINGS_MODULE"] = "litegate.lab.web.app.settings"
     import django
 
@@ -34,11 +35,16 @@ def exercise(engine: str, db: str) -> dict[str, Any]:
         before = counts()
         r = c.post(f"/benchmarking/{action}")
         out[action] = (r.status_code, r.get("Location", ""), before, counts())
+    from litegate.lab.web import _acks
+
+    out["ledger"] = sorted(e for e in _acks.entries(acks) if e is not None)
     for mix in ("read_heavy", "balanced", "write_heavy"):
         out[mix] = sorted({c.post(f"/benchmarking/{mix}").status_code for _ in range(30)})
     out["unknown"] = c.post("/benchmarking/nope").status_code
     out["get_on_benchmarking"] = c.get("/benchmarking/balanced").status_code
-    out["pages"] = [c.get(p).status_code for p in ("/", "/posts/5/", "/users/3/")]
+    post = Post.objects.order_by("id").first()  # one the random deletes left
+    assert post is not None
+    out["pages"] = [c.get(p).status_code for p in ("/", f"/posts/{post.pk}/", "/users/3/")]
     out["missing_page"] = c.get("/posts/999999/").status_code
     out["seen"] = User.objects.exclude(last_seen_at=None).count()
     out["orphans"] = Comment.objects.exclude(post__in=Post.objects.all()).count()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,35 +16,25 @@ pytest.importorskip("gunicorn", reason="pip install -e '.[web]'")
 
 from litegate.__main__ import main
 from litegate.lab import web as bench
-from litegate.lab.web import _hey
+from litegate.lab.web import _acks, _hey
 from litegate.lab.web._server import Server
 from tests.litegate.lab.web import procs
+from tests.litegate.lab.web.conftest import copy_of
 
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("web") / "seeded.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "litegate", "web", "seed", str(path), "--posts", "200"],
-        capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
-    assert out.stdout.strip().endswith("100 users, 200 posts, 2000 comments")
-    return path
-
-
 def _copy(seeded: Path, tmp_path: Path) -> str:
-    target = tmp_path / "hn.db"
-    target.write_bytes(seeded.read_bytes())
-    return str(target)
+    return copy_of(seeded, tmp_path / "hn.db")
 
 
 @pytest.mark.parametrize("engine", bench.ENGINES)
 def test_every_route_on_every_engine(engine: str, seeded: Path, tmp_path: Path) -> None:
     db = _copy(seeded, tmp_path)
+    acks = tmp_path / "acks"
+    acks.mkdir()
     with mp.get_context("spawn").Pool(1) as pool:
-        out: dict[str, Any] = pool.apply(procs.exercise, (engine, db))
+        out: dict[str, Any] = pool.apply(procs.exercise, (engine, db, str(acks)))
     assert out["vendor"] == "sqlite"
     stock = "django.db.backends.sqlite3"
     assert out["engine"] == ("litegate.django" if engine == "litegate" else stock)
@@ -72,6 +60,13 @@ def test_every_route_on_every_engine(engine: str, seeded: Path, tmp_path: Path) 
     assert out["pages"] == [200, 200, 200]
     assert out["missing_page"] == 404
     assert out["seen"] >= 1  # every benchmarking request marks a user as seen
+    # Each write, once committed, is in the ledger: exactly the four.
+    created = int(out["post_create"][1].split("/")[2])
+    kinds = [kind for kind, _ in out["ledger"]]
+    assert sorted(kinds) == ["comment_create", "comment_destroy", "post_create", "post_destroy"]
+    assert ("post_create", (created,)) in out["ledger"]
+    # The rest of the file (the mixes' writes too) checks out against it.
+    assert _acks.check(db, acks).violations == 0
 
 
 @pytest.mark.slow
@@ -79,7 +74,7 @@ def test_serve_answers_hey_without_500s_and_stops_on_sigterm(seeded: Path, tmp_p
     hey = _hey.find()
     db = _copy(seeded, tmp_path)
     log = tmp_path / "server.log"
-    with Server(db, "litegate", log, workers=2, threads=3) as srv:
+    with Server(db, "litegate", log, acks=tmp_path / "acks", workers=2, threads=3) as srv:
         summary, raw = _hey.run(hey, f"{srv.url}/benchmarking/balanced", 8, 2.0)
         code = srv.stop()
     assert summary.responses > 50, raw
@@ -93,24 +88,40 @@ def test_serve_answers_hey_without_500s_and_stops_on_sigterm(seeded: Path, tmp_p
 
 
 @pytest.mark.slow
-def test_bench_web_runs_a_cell_per_engine(tmp_path: Path) -> None:
-    cfg = bench.Config(engines=("tuned", "litegate"), seconds=1.0, headline=1, sweep=(2,),
-                       mixes=("write_heavy",), hey=_hey.find())  # fmt: skip
+def test_bench_web_runs_a_cell_per_framework_and_engine(tmp_path: Path) -> None:
+    # One worker each (uvicorn then runs without its supervisor): the
+    # plumbing is the same, at half the start-up cost; test_fastapi.py and
+    # the test above serve with two.
+    cfg = bench.Config(frameworks=("django", "fastapi"), engines=("tuned", "litegate"),
+                       seconds=1.0, headline=1, sweep=(2,), mixes=("write_heavy",),
+                       mix_c=(64,), workers=1, hey=_hey.find())  # fmt: skip
     result = bench.run(cfg)
     cells = result["cells"]
-    assert [(c["engine"], c["mix"], c["c"]) for c in cells] == [
-        ("tuned", "balanced", 20), ("litegate", "balanced", 20),
-        ("tuned", "balanced", 2), ("litegate", "balanced", 2),
-        ("tuned", "write_heavy", 20), ("litegate", "write_heavy", 20),
+    sides = [("django", "tuned"), ("django", "litegate"), ("fastapi", "tuned"),
+             ("fastapi", "litegate")]  # fmt: skip
+    assert [(c["framework"], c["engine"], c["mix"], c["c"]) for c in cells] == [
+        (f, e, mix, n) for mix, n in (("balanced", 20), ("balanced", 2), ("write_heavy", 64))
+        for f, e in sides
     ]  # fmt: skip
     for c in cells:
         assert c["hey"]["responses"] > 0
         assert c["server_exit"] == 0
         assert c["cpu_s"] > 0
-    assert all(c["locked"] == 0 for c in cells if c["engine"] == "litegate")
+        assert c["locked"] == 0
+        assert bench.fives(c) == 0, c["hey"]["statuses"]
+        # The database after the cell: intact, and every acknowledged write there.
+        assert c["check"]["violations"] == 0, c["check"]
+        assert sum(c["check"]["acknowledged"].values()) > 0
+    assert list(result["summary"]) == ["django", "fastapi"]
+    assert list(result["summary"]["fastapi"]) == ["tuned", "litegate"]
     table = bench.render(result)
-    assert "Headline: hey -c 20" in table
+    assert "== Django under gunicorn (gthread, 1 worker(s) x 3 threads) ==" in table
+    assert "== FastAPI + SQLAlchemy asyncio under uvicorn (1 worker(s)) ==" in table
     assert "litegate HTTP 500, every cell:" in table
+    assert "write_heavy c=64: litegate HTTP 5xx 0 (target 0); rps / tuned " in table
+    assert "write_heavy, c = 64: rps / p99" in table
+    assert table.count("3 cell(s)") == 4
+    assert "VIOLATIONS" not in table
     assert [p.name for p in bench.charts(result, tmp_path)] == [
         "web-rps.png", "web-p99.png", "web-latency-c20.png",
     ]  # fmt: skip
@@ -145,5 +156,27 @@ def test_serve_refuses_other_hosts_and_missing_files(
     assert "127.0.0.1:PORT or unix:PATH" in capsys.readouterr().err
     assert main(["web", "serve", str(db)]) == 2
     assert "litegate web seed" in capsys.readouterr().err
-    assert main(["bench", "web", "--engines", "mysql", "--out", str(tmp_path)]) == 2
-    assert "unknown engine(s) ['mysql']" in capsys.readouterr().err
+    assert main(["web", "serve", str(db), "--framework", "fastapi", "--engine", "wal"]) == 2
+    assert "--engine wal is not one of the fastapi app's: naive, tuned, litegate" in (
+        capsys.readouterr().err
+    )
+    assert main(["web", "serve", str(db), "--framework", "fastapi", "--threads", "3"]) == 2
+    assert "--threads is for django" in capsys.readouterr().err
+    assert main(["web", "serve", str(db), "--framework", "flask"]) == 2
+    assert "invalid choice: 'flask'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engines", "mysql"], "unknown engine(s) ['mysql']"),
+        (["--framework", "flask"], "unknown framework(s) ['flask']"),
+        (["--framework", "fastapi", "--engines", "wal"], "none of the engines wal runs on fastapi"),
+        (["--mix-c", "20,0"], "concurrencies must be whole numbers >= 1"),
+    ],
+)
+def test_bench_web_refuses_bad_options(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "web", *args, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err

@@ -7,3 +7,8 @@ class HNConfig(AppConfig):
     name = "litegate.lab.web.app"
     label = "hn"
     verbose_name = "seed 003's Hacker News app"
+
+    def ready(self) -> None:
+        from .. import _acks
+
+        _acks.start()  # this worker's ledger file, if `litegate web serve --acks` asked for one

@@ -1,9 +1,9 @@
 """The seed's routes, in idiomatic Django: every ``/benchmarking/…`` request
 first marks a random user as seen (in autocommit), then runs one action, picked at random
-with the mix's weights. Actions that write read first, then write, inside
-``transaction.atomic()``, as Django code does; reads run in autocommit. A
-write answers with a redirect to the page it changed, as in the seed (hey
-follows it)."""
+with the mix's weights (``.._actions``, shared with the FastAPI app). Actions that write
+read first, then write, inside ``transaction.atomic()``, as Django code does; reads run in
+autocommit. A write that committed is acknowledged in the ledger (``.._acks``) and answers
+with a redirect to the page it changed, as in the seed (hey follows it)."""
 
 from __future__ import annotations
 
@@ -19,38 +19,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from .. import _acks
+from .._actions import UnknownAction, choose
 from .models import Comment, Post, User
-
-# The seed's controller: each mix's weights per action.
-MIXES: dict[str, dict[str, float]] = {
-    "read_heavy": {
-        "post_create": 0.10,
-        "comment_create": 0.10,
-        "post_destroy": 0.02,
-        "comment_destroy": 0.03,
-        "post_show": 0.25,
-        "posts_index": 0.25,
-        "user_show": 0.25,
-    },
-    "write_heavy": {
-        "post_create": 0.25,
-        "comment_create": 0.25,
-        "post_destroy": 0.05,
-        "comment_destroy": 0.20,
-        "post_show": 0.05,
-        "posts_index": 0.15,
-        "user_show": 0.05,
-    },
-    "balanced": {
-        "post_create": 0.17,
-        "comment_create": 0.17,
-        "post_destroy": 0.05,
-        "comment_destroy": 0.11,
-        "post_show": 0.17,
-        "posts_index": 0.17,
-        "user_show": 0.16,
-    },
-}
 
 
 def _random_row(model: type[Model]) -> Model | None:
@@ -87,6 +58,7 @@ def post_create(request: HttpRequest, user: User) -> HttpResponse:
         post = Post.objects.create(
             user=user, title=f"Post {uuid.uuid4()}", description=_describe(request)
         )
+    _acks.record("post_create", post.pk)
     return HttpResponseRedirect(f"/posts/{post.pk}/")
 
 
@@ -96,6 +68,7 @@ def comment_create(request: HttpRequest, user: User) -> HttpResponse:
         if post is None:
             raise Http404("no posts left")
         comment = Comment.objects.create(user=user, post=post, body=f"Comment {uuid.uuid4()}")
+    _acks.record("comment_create", comment.pk, comment.post_id)
     return HttpResponseRedirect(f"/posts/{comment.post_id}/")
 
 
@@ -104,7 +77,9 @@ def post_destroy(request: HttpRequest, user: User) -> HttpResponse:
         post = _random_row(Post)
         if post is None:
             raise Http404("no posts left")
+        pk = post.pk
         post.delete()  # and its comments (CASCADE)
+    _acks.record("post_destroy", pk)
     return HttpResponseRedirect("/")
 
 
@@ -113,7 +88,9 @@ def comment_destroy(request: HttpRequest, user: User) -> HttpResponse:
         comment = _random_row(Comment)
         if not isinstance(comment, Comment):
             raise Http404("no comments left")
+        pk = comment.pk
         comment.delete()
+    _acks.record("comment_destroy", pk)
     return HttpResponseRedirect(f"/posts/{comment.post_id}/")
 
 
@@ -142,11 +119,10 @@ ACTIONS: dict[str, Callable[[HttpRequest, User], HttpResponse]] = {f.__name__: f
 @csrf_exempt
 @require_POST
 def benchmarking(request: HttpRequest, action: str) -> HttpResponse:
-    if action in MIXES:
-        mix = MIXES[action]
-        action = random.choices(list(mix), weights=list(mix.values()))[0]
-    elif action not in ACTIONS:
-        raise Http404(f"no benchmarking action {action!r}")
+    try:
+        action = choose(action)
+    except UnknownAction as exc:
+        raise Http404(str(exc)) from None
     user = _touch_user()
     return ACTIONS[action](request, user)
 

@@ -1,0 +1,413 @@
+"""The DBAPI connection behind ``sqlite+litegate``: ``sqlite3``'s own,
+subclassed, so that whatever SQLAlchemy (or code holding the raw
+connection) does with it goes through the file's write gate.
+
+The rules, all in this file:
+
+- a transaction SQLAlchemy begins (``do_begin``) is *pending* until its
+  first statement that is not a PRAGMA; then the connection takes the gate
+  and sends ``BEGIN IMMEDIATE``, so the transaction's reads and writes run
+  with the gate held (read-then-write loses nothing). PRAGMAs before it run
+  outside the transaction, as with SQLAlchemy's stock driver (so ``PRAGMA
+  foreign_keys`` still takes effect);
+- outside a transaction (``AUTOCOMMIT``, or the raw connection), a write,
+  or a ``BEGIN``/``SAVEPOINT`` that opens a transaction, takes the gate;
+  reads never do;
+- the gate is given back as soon as the connection is no longer in a
+  transaction: after the statement, ``commit()``, ``rollback()`` or
+  ``close()``, whichever ends it, on every path;
+- read-only (``litegate_read_only``): ``BEGIN`` without the gate and
+  ``PRAGMA query_only``: SQLite refuses any write, which surfaces as
+  :class:`ReadOnlyScopeError`;
+- a transaction that begins while its own thread holds the gate through
+  another connection of the same file would wait for itself: it runs as a
+  read-only snapshot instead (``PRAGMA query_only`` again), and a write in
+  it raises :class:`litegate.NestedWriteError` before anything changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import urllib.parse
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from .. import _profiles
+from .._errors import NestedWriteError
+from .._gate import FileGate, drop_after_fork
+from .._statements import READ as _READ_KIND
+from .._statements import TX as _TX_KIND
+from .._statements import kind as _kind
+from ._config import DEFAULT_PROFILE, Settings, resolve
+from ._errors import gate_timeout, read_only_refused
+
+# What a statement means to the gate (memoized per SQL string). PRAGMA also
+# covers ATTACH and DETACH: statements about the connection, not the data.
+PRAGMA, READ, BEGIN, TX, WRITE = range(5)
+_SEEN: dict[str, int] = {}
+_MEMO_LIMIT = 4096
+
+_R = TypeVar("_R")
+
+
+def classify(sql: str) -> int:
+    c = _SEEN.get(sql)
+    if c is None:
+        k = _kind(sql)
+        head = sql.lstrip()[:9].upper()
+        if head.startswith(("ATTACH", "DETACH")):
+            c = PRAGMA  # the connection's own business: no gate, no BEGIN before it
+        elif k == _READ_KIND:
+            c = PRAGMA if head.startswith("PRAGMA") else READ
+        elif k == _TX_KIND:
+            c = BEGIN if head.startswith(("BEGIN", "SAVEPOINT")) else TX
+        else:
+            c = WRITE  # INSERT … DDL, WITH (which may write), VACUUM
+        if len(_SEEN) < _MEMO_LIMIT:
+            _SEEN[sql] = c
+    return c
+
+
+def _readonly_refusal(exc: sqlite3.OperationalError) -> bool:
+    return "readonly database" in str(exc)
+
+
+class Cursor(sqlite3.Cursor):
+    """``sqlite3``'s cursor; every statement passes the gate's rules first."""
+
+    connection: Connection
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.connection.litegate_run(sql, super().execute, sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> Any:
+        return self.connection.litegate_run(sql, super().executemany, sql, seq_of_parameters)
+
+    def executescript(self, sql_script: str, /) -> Any:
+        # A script may hold anything: it is a write (sqlite3 commits first).
+        return self.connection.litegate_run("INSERT", super().executescript, sql_script)
+
+
+# Every connection of this process, for the fork hook.
+_CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+
+class Connection(sqlite3.Connection):
+    """A ``sqlite3`` connection that takes the file's write gate."""
+
+    litegate_gate: FileGate | None = None  # None: in memory, or closed
+    litegate_timeout = 5.0
+    litegate_held = False  # this connection holds the gate
+    litegate_pending = False  # do_begin happened, BEGIN goes with the first statement
+    litegate_read_only = False
+    litegate_nested = False  # this transaction began while this thread held the gate elsewhere
+    litegate_task: object = None  # the asyncio task that took the gate (asyncio driver)
+    _lg_forked = False
+    _lg_close_when_forked = False
+
+    def litegate_setup(self, path: str | None, settings: Settings) -> None:
+        """Called once, right after connecting: the profile's PRAGMAs, the
+        file's gate and background checkpointer (none for ``:memory:``)."""
+        self.litegate_timeout = settings.timeout
+        if path is not None:
+            _profiles.apply(self, settings.pragmas, writer=True)
+            gate = FileGate.open(path)
+            gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
+            self.litegate_gate = gate
+        _CONNECTIONS.add(self)
+
+    # sqlite3's shortcuts make a plain cursor in C: route them through ours.
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any:
+        return self.cursor().executemany(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> Any:
+        return self.cursor().executescript(sql_script)
+
+    def cursor(self, factory: Any = None) -> Any:
+        if self._lg_forked:
+            # The parent's connection, in a forked child: SQLAlchemy treats
+            # this message as a disconnect and opens a new connection.
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return super().cursor(factory or Cursor)
+
+    # -- the rules -------------------------------------------------------------
+    def litegate_begin(self) -> None:
+        """SQLAlchemy's ``do_begin``. No I/O: the gate and ``BEGIN`` wait for
+        the transaction's first statement (so PRAGMAs before it work)."""
+        if self.isolation_level is not None and not self.in_transaction:
+            self.litegate_pending = True
+
+    def litegate_wants_gate(self, sql: str) -> bool:
+        """Would running ``sql`` now take the gate? (The asyncio driver asks
+        first, and takes it on the event loop instead.)"""
+        if (
+            self.litegate_gate is None
+            or self.litegate_held
+            or self.litegate_read_only
+            or self.litegate_nested
+        ):
+            return False
+        c = classify(sql)
+        if self.litegate_pending:
+            return c != PRAGMA
+        return c == WRITE or (c == BEGIN and not self.in_transaction)
+
+    def litegate_run(self, sql: str, run: Callable[..., _R], *args: Any) -> _R:
+        """Run one statement under the rules of this module's docstring."""
+        c = classify(sql)
+        if self.litegate_pending and c != PRAGMA:
+            self._lg_open()
+        if c == WRITE:
+            # Read-only and nested transactions run with PRAGMA query_only:
+            # SQLite itself refuses what really writes (a WITH … SELECT reads).
+            if (
+                not self.litegate_held
+                and self.litegate_gate is not None
+                and not self.litegate_read_only
+                and not self.litegate_nested
+            ):
+                self.litegate_take(sql)
+        elif (
+            c == BEGIN
+            and not self.litegate_held
+            and self.litegate_gate is not None
+            and not self.in_transaction
+            and not self.litegate_read_only
+        ):
+            self.litegate_take(sql)
+        ok = False
+        try:
+            result = run(*args)
+            ok = True
+            return result
+        except sqlite3.OperationalError as exc:
+            if _readonly_refusal(exc):
+                if self.litegate_read_only:
+                    raise read_only_refused(sql) from exc
+                if self.litegate_nested:
+                    raise NestedWriteError(
+                        f"this transaction on {self._lg_path()!r} began while this thread (or "
+                        "asyncio task) held the file's write gate through another connection, "
+                        "so it can only read: waiting for the gate would wait for itself. "
+                        "Nothing was changed. Write through the connection that holds the "
+                        "gate, or end its transaction first"
+                    ) from exc
+            raise
+        finally:
+            if self.litegate_held and not self._lg_in_transaction():
+                self.litegate_give(committed=ok)
+
+    def _lg_open(self) -> None:
+        """The pending transaction's ``BEGIN``: IMMEDIATE with the gate, or a
+        read-only snapshot (read-only scope; or nested, see above)."""
+        self.litegate_pending = False
+        if self.litegate_read_only:
+            self._lg_raw("BEGIN")
+            return
+        if not self.litegate_held and self.litegate_gate is not None and not self.litegate_nested:
+            try:
+                self.litegate_take("BEGIN IMMEDIATE")
+            except NestedWriteError:
+                self.litegate_nested = True
+        if self.litegate_nested:
+            self._lg_raw("PRAGMA query_only = 1")
+            self._lg_raw("BEGIN")
+            return
+        try:
+            self._lg_raw("BEGIN IMMEDIATE")
+        except BaseException:
+            self.litegate_give()
+            raise
+
+    def _lg_raw(self, sql: str) -> None:
+        sqlite3.Cursor(self).execute(sql)
+
+    def _lg_in_transaction(self) -> bool:
+        try:
+            return self.in_transaction
+        except sqlite3.ProgrammingError:  # closed
+            return False
+
+    def _lg_path(self) -> str:
+        gate = self.litegate_gate
+        return gate.path if gate is not None else ":memory:"
+
+    # -- the gate ----------------------------------------------------------------
+    def litegate_take(self, statement: str) -> None:
+        gate = self.litegate_gate
+        assert gate is not None
+        if not gate.acquire(self.litegate_timeout):
+            raise gate_timeout(statement, timeout_message(gate, self.litegate_timeout))
+        self.litegate_held = True
+
+    def litegate_give(self, committed: bool = False) -> None:
+        """Give the gate back if held; ``committed``: a COMMIT happened in
+        this turn (it counts towards the file's next checkpoint)."""
+        if self.litegate_held:
+            self.litegate_held = False
+            self.litegate_task = None
+            gate = self.litegate_gate
+            assert gate is not None
+            gate.release()
+            if committed:
+                gate.committed()
+
+    def _lg_settle(self, committed: bool) -> None:
+        if not self._lg_in_transaction():
+            if self.litegate_nested:
+                self.litegate_nested = False
+                if not self.litegate_read_only:
+                    with contextlib.suppress(sqlite3.Error):  # closed: nothing to undo
+                        self._lg_raw("PRAGMA query_only = 0")
+            self.litegate_give(committed)
+
+    def commit(self) -> None:
+        self.litegate_pending = False
+        ok = False
+        try:
+            super().commit()
+            ok = True
+        finally:
+            self._lg_settle(ok)
+
+    def rollback(self) -> None:
+        self.litegate_pending = False
+        try:
+            super().rollback()
+        finally:
+            self._lg_settle(False)
+
+    def litegate_set_read_only(self, value: bool) -> None:
+        """The ``litegate_read_only`` execution option (set outside a
+        transaction): SQLite itself refuses writes while it is on."""
+        value = bool(value)
+        if value != self.litegate_read_only:
+            self._lg_raw(f"PRAGMA query_only = {int(value)}")
+            self.litegate_read_only = value
+
+    def close(self) -> None:
+        """The SQLite connection closes; its gate turn, if any, and its use
+        of the file's gate go with it, on every path."""
+        if self._lg_forked:  # the parent's, in a forked child: never its gate
+            if self._lg_close_when_forked:
+                super().close()
+            return
+        self.litegate_pending = self.litegate_nested = False
+        try:
+            if self._lg_in_transaction():
+                # End the transaction first: with a cursor still open, sqlite3
+                # leaves a "zombie" connection that keeps SQLite's write lock
+                # until that cursor is collected, after the gate was given back.
+                with contextlib.suppress(sqlite3.Error):
+                    super().rollback()
+            super().close()
+        finally:
+            self.litegate_give()
+            gate, self.litegate_gate = self.litegate_gate, None
+            if gate is not None:
+                gate.close()
+
+    def __del__(self) -> None:
+        # Dropped without close() (raw DBAPI use): never keep the gate.
+        if self.litegate_gate is not None and not self._lg_forked:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def litegate_forget_parent(self, idle: bool) -> None:
+        """In a forked child: this is the parent's connection. Never touch
+        its gate (the parent's); close it if no thread was using it at the
+        fork, else park it (see :func:`litegate._gate.drop_after_fork`)."""
+        self._lg_forked = True
+        self._lg_close_when_forked = idle
+        self.litegate_gate = None
+        self.litegate_held = self.litegate_pending = False
+        drop_after_fork(self, idle=idle)
+
+
+def timeout_message(gate: FileGate, timeout: float) -> str:
+    return (
+        f"no write gate on {gate.path!r} within {timeout:g} s ({gate.waiting} more writers of "
+        "this process queued, others may be in other processes); raise the timeout "
+        "(?timeout= in the URL or connect_args={'timeout': ...}) or make write "
+        "transactions shorter"
+    )
+
+
+def gate_path(database: str, uri: bool) -> str | None:
+    """The file whose gate a connection to ``database`` takes; None for an
+    in-memory database."""
+    if uri:
+        parts = urllib.parse.urlsplit(database)
+        query = urllib.parse.parse_qs(parts.query)
+        path = urllib.parse.unquote(parts.path)
+        if "memory" in query.get("mode", []) or path in ("", ":memory:"):
+            return None
+        return os.path.abspath(path)
+    if database in ("", ":memory:"):
+        return None
+    return os.path.abspath(database)
+
+
+def connect(database: str, **kwargs: Any) -> Connection:
+    """``sqlite3.connect`` for ``sqlite+litegate``: what the dialect opens,
+    and what a ``creator=`` (or ``async_creator=``) must return. Takes
+    litegate's ``profile`` and ``pragmas`` besides sqlite3's own arguments;
+    ``timeout`` is both the gate's wait and sqlite3's busy timeout. A file
+    database's connection may be used from any thread (one at a time), as
+    SQLAlchemy's pool does."""
+    settings = resolve(kwargs.pop("profile", DEFAULT_PROFILE), kwargs.pop("pragmas", None),
+                       kwargs.get("timeout"))  # fmt: skip
+    kwargs["timeout"] = settings.timeout
+    path = gate_path(database, bool(kwargs.get("uri")))
+    kwargs.setdefault("check_same_thread", path is None)
+    factory = kwargs.pop("factory", None)
+    cls: type[Connection] = Connection
+    if factory is not None and not issubclass(Connection, factory):
+        # someone else's sqlite3.Connection subclass: ours in front of it
+        cls = type(f"Litegate{factory.__name__}", (Connection, factory), {})
+    conn = sqlite3.connect(database, factory=cls, **kwargs)
+    try:
+        conn.litegate_setup(path, settings)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class DBAPI:
+    """The DBAPI module of ``sqlite+litegate``: ``sqlite3``'s names, with
+    :func:`connect` (so that ``create_engine(module=...)`` wrappers, as
+    SQLAlchemy's own tests use, see every connection)."""
+
+    paramstyle = "qmark"
+    # The driver whose names and exceptions these are (SQLAlchemy looks it up).
+    __name__ = sqlite3.dbapi2.__name__
+
+    def __init__(self) -> None:
+        for name in dir(sqlite3):
+            if not name.startswith("_") and name != "connect":
+                setattr(self, name, getattr(sqlite3, name))
+
+    def __getattr__(self, name: str) -> Any:  # for mypy: sqlite3's names, set above
+        raise AttributeError(name)
+
+    def connect(self, database: str, **kwargs: Any) -> Any:
+        return connect(database, **kwargs)
+
+
+def _after_fork_in_child() -> None:
+    from ._pool import idle_after_fork  # the pools know which connections were idle
+
+    idle = idle_after_fork()
+    for conn in list(_CONNECTIONS):
+        conn.litegate_forget_parent(idle=id(conn) in idle)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

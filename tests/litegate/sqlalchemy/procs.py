@@ -1,0 +1,123 @@
+"""Process entry points (spawn and fork) for the dialect's process tests:
+ORM read-then-write transactions, as applications write them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from tests.litegate.sqlalchemy.models import Counter, Entry
+
+# The engine a forked child inherits (set by the parent before it forks).
+INHERITED: dict[str, Engine] = {}
+
+
+def increment(engine: Engine) -> None:
+    """One ORM transaction: read the counter, write it back plus one."""
+    with Session(engine) as s, s.begin():
+        c = s.get(Counter, 1)
+        assert c is not None
+        c.n = c.n + 1
+
+
+def on_threads(engine: Engine, threads: int, each: int) -> tuple[int, int, list[str]]:
+    """``threads`` threads x ``each`` transactions: (committed, errors, the
+    first few error messages)."""
+    done = [0] * threads
+    errors = [0] * threads
+    messages: list[str] = []
+
+    def run(k: int) -> None:
+        for _ in range(each):
+            try:
+                increment(engine)
+                done[k] += 1
+            except Exception as exc:  # counted: the tests assert on (or report) them
+                errors[k] += 1
+                if len(messages) < 3:
+                    messages.append(f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(done), sum(errors), messages
+
+
+def read_then_write(url: str, threads: int, each: int) -> tuple[int, int, list[str]]:
+    """A spawned process: its own engine on ``url``."""
+    engine = create_engine(url)
+    try:
+        return on_threads(engine, threads, each)
+    finally:
+        engine.dispose()
+
+
+def forked_read_then_write(threads: int, each: int) -> tuple[int, int, int, list[str]]:
+    """A forked child of a process whose engine had pooled connections open:
+    (connections idle in the pool at start, committed, errors, messages)."""
+    engine = INHERITED["engine"]
+    idle_at_start = engine.pool.checkedin()  # type: ignore[attr-defined]
+    done, errors, messages = on_threads(engine, threads, each)
+    return idle_at_start, done, errors, messages
+
+
+def hold_in_transaction(url: str, holding: Any) -> None:
+    """Write inside a transaction (holding the gate), say so, and hang there
+    until SIGKILLed."""
+    engine = create_engine(url)
+    with Session(engine) as s, s.begin():
+        s.add(Entry(who="killed"))
+        s.flush()
+        holding.set()
+        time.sleep(600)
+
+
+async def tasks_read_then_write(engine: AsyncEngine, tasks: int, each: int) -> tuple[int, int]:
+    """``tasks`` asyncio tasks x ``each`` ORM transactions on one loop:
+    (committed, errors)."""
+    done = 0
+    errors = 0
+
+    async def one() -> None:
+        nonlocal done, errors
+        for _ in range(each):
+            try:
+                async with AsyncSession(engine) as s, s.begin():
+                    c = (await s.execute(select(Counter).where(Counter.id == 1))).scalar_one()
+                    c.n = c.n + 1
+                done += 1
+            except Exception:  # counted
+                errors += 1
+
+    await asyncio.gather(*(one() for _ in range(tasks)))
+    return done, errors
+
+
+def asyncio_read_then_write(url: str, tasks: int, each: int) -> tuple[int, int]:
+    async def main() -> tuple[int, int]:
+        engine = create_async_engine(url)
+        try:
+            return await tasks_read_then_write(engine, tasks, each)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+def counter(url: str) -> int:
+    engine = create_engine(url)
+    try:
+        with Session(engine) as s:
+            c = s.get(Counter, 1)
+            assert c is not None
+            return c.n
+    finally:
+        engine.dispose()
