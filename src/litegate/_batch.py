@@ -228,27 +228,6 @@ class GroupCommit:
             if req.state == _DONE:
                 return req
 
-    def lead_now(self) -> bool:
-        """Lead a batch of one at once, for a caller that already holds the
-        gate: only when nobody leads or waits and writes come one at a time
-        (the lone writer's path). Follow with :meth:`end_lead_now`."""
-        with self._mutex:
-            if self._leading or self._pending or self._last_size > 1 or self._closed:
-                return False
-            self._leading = True
-            return True
-
-    def end_lead_now(self, committed: bool) -> None:
-        """The batch of one is done: hand on to whoever queued meanwhile."""
-        if committed:
-            self.sizes.record(1)
-        self._last_size = 1
-        with self._mutex:
-            if not self._pending:
-                self._leading = False
-                return
-        self._hand_on()
-
     def submit(self, req: Request) -> None:
         """Submit without a waiting thread (asyncio); ``req.on_done`` reports."""
         with self._mutex:

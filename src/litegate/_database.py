@@ -131,6 +131,11 @@ def _policy_name(fair: object) -> str:
     return {True: "bounded", False: "unfair", "strict": "strict"}.get(fair, "?")
 
 
+# SQL that db.execute() runs as it is (not refused): a memo, so the lone
+# writer's path checks a repeated statement with one dictionary look-up.
+_PLAIN: dict[str, bool] = {}
+
+
 def _errcode(exc: BaseException) -> int:
     return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
 
@@ -531,65 +536,71 @@ class Database:
         if (
             state is not None
             and timeout is None
-            and not self._closed
-            and self._pid == _PID[0]
-            and state.writer_owner != threading.get_ident()
+            and not self._closed  # (a forked child's copy has _state None: the hook saw to it)
             and state.filegate.take_now(state.budget)
         ):
-            # The lone writer: the gate was free for the taking. Unless a
-            # batch is forming, run the statement now, without a queue.
-            if state.batcher.lead_now():
-                return self._execute_now(state, sql, params)
-            state.filegate.release()
+            # The lone writer: the gate was free for the taking, so no batch is
+            # running (a batch holds the gate) or waiting for it (it would be
+            # in line): run the statement now, a batch of one, without a queue.
+            # Whoever comes meanwhile leads the next batch.
+            return self._execute_now(state, sql, params)
         return self._submit(sql, params, False, timeout)
 
     def _execute_now(self, state: _ProcessState, sql: str, params: Params) -> WriteResult:
-        """``execute`` for the lone writer, the gate and the batch lead held:
-        the statement alone in autocommit mode (SQLite's write lock and the
-        commit in one step), as group commit runs a batch of one."""
-        committed = False
+        """``execute`` for the lone writer, the gate held: the statement
+        alone in autocommit mode (SQLite's write lock and the commit in one
+        step), as group commit runs a batch of one. Anything unusual (a
+        refused statement, a writer outside litegate, closing) takes the
+        general steps."""
+        with state.writer_mutex:
+            conn = state.writer
+            if conn is not None and not state.closing:
+                state.writer_in_use = True
+            else:
+                conn = None
+        if conn is None:
+            self._release(state)
+            raise Closed(f"database {self.path!r} is closed")
+        state.gate_wait.immediate += 1
         try:
-            with state.writer_mutex:
-                conn = state.writer
-                if conn is not None and not state.closing:
-                    state.writer_in_use = True
-                else:
-                    conn = None
-            if conn is None:
-                self._release(state)
-                raise Closed(f"database {self.path!r} is closed")
-            state.writer_owner = threading.get_ident()
-            state.gate_wait.immediate += 1
+            if sql not in _PLAIN:
+                refused = refusal(sql)
+                if refused is not None:
+                    raise refused
+                if len(_PLAIN) < 4096:  # statements repeat; a bounded memo is enough
+                    _PLAIN[sql] = True
             try:
-                result = self._statement_now(state, conn, sql, params)
-            except BaseException:
-                self._end(state, conn, False)  # (rolls back what the busy path began)
-                raise
+                cur = conn.execute(sql, params)
+            except Exception as exc:
+                if not (is_busy_error(exc) and not conn.in_transaction):
+                    typed = conn.guard.typed(exc)
+                    if typed is exc:
+                        raise
+                    raise typed from exc
+                # A writer outside litegate holds SQLite's lock: wait for it in
+                # a transaction, with the busy strategy, as a batch would.
+                self._begin_immediate(state, conn, time.monotonic() + self.timeout, self.timeout)
+                cur = conn.execute(sql, params)
+            result = WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
+        except BaseException:
+            self._end(state, conn, False)  # (rolls back what the busy path began)
+            raise
+        if conn.in_transaction:  # the busy path: COMMIT
             self._end(state, conn, True)
-            committed = True
-            return result
-        finally:
-            state.batcher.end_lead_now(committed)
-
-    def _statement_now(
-        self, state: _ProcessState, conn: WriterConnection, sql: str, params: Params
-    ) -> WriteResult:
-        refused = refusal(sql)
-        if refused is not None:
-            raise refused
-        try:
-            cur = conn.execute(sql, params)
-        except Exception as exc:
-            if not (is_busy_error(exc) and not conn.in_transaction):
-                typed = conn.guard.typed(exc)
-                if typed is exc:
-                    raise
-                raise typed from exc
-            # A writer outside litegate holds SQLite's lock: wait for it in a
-            # transaction, with the busy strategy, as a batch would.
-            self._begin_immediate(state, conn, time.monotonic() + self.timeout, self.timeout)
-            cur = conn.execute(sql, params)
-        return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
+        else:  # committed on its own: count it, give everything back
+            state.committed += 1
+            ckpt = state.checkpointer
+            if ckpt is not None and result.rowcount:  # (a no-op wrote nothing)
+                ckpt.committed()
+            with state.writer_mutex:
+                state.writer_in_use = False
+                closing = state.closing
+            state.filegate.release_now()
+            if closing:  # close() came meanwhile: the writer closes now
+                self._close_writer(state)
+        sizes = state.batcher.sizes.counts  # a batch of one
+        sizes[1] = sizes.get(1, 0) + 1
+        return result
 
     def executemany(
         self, sql: str, seq: Iterable[Params], *, timeout: float | None = None

@@ -571,20 +571,25 @@ class FairLock:
             self._waiters[0].head_since = now
         return self._wake_head(), not self._held and not self._waiters
 
-    def release(self) -> None:
+    def release(self, tell_vacant: bool = True) -> None:
         """Give the lock back: straight to a head whose budget is spent, else
-        free, waking the head unless a woken waiter is already on its way."""
-        signal = None
-        vacant = False
-        idle = None
+        free, waking the head unless a woken waiter is already on its way.
+        ``tell_vacant=False``: the caller knows the lock is left free and
+        needs no ``on_vacant`` call for it."""
         with self._mutex:
             if not self._waiters and not self._closed:  # the common case: nobody waits
                 self._held = False
+                if not tell_vacant:
+                    return
                 vacant = True
+            else:
+                vacant = False
         if vacant:
             if self._on_vacant is not None:
                 self._on_vacant()
             return
+        signal = None
+        idle = None
         with self._mutex:
             now = _now()
             head = self._waiters[0] if self._waiters else None

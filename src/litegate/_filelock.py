@@ -572,6 +572,24 @@ class ProcessLock:
     def nobody_waits(self) -> bool:
         return not _U64.unpack_from(self._map, _H_HEAD)[0]
 
+    def resume(self) -> bool:
+        """We hold the gate (kept idle, or for our threads): take it up for a
+        transaction if nobody of another process waits; False if someone does
+        (then the full path decides). A gate kept idle stays marked so while
+        its transactions run (a ring meanwhile only makes our keeper look;
+        the release that follows sees the waiter and lets go), so a loop of
+        lone transactions writes nothing to the shared table."""
+        return not _U64.unpack_from(self._map, _H_HEAD)[0]
+
+    def keep_idle_if_alone(self) -> bool:
+        """Keep the gate idle if nobody waits and the doorbell works."""
+        if self._want is None or _U64.unpack_from(self._map, _H_HEAD)[0]:
+            return False
+        if not self.idle:
+            self.idle = True
+            _U64.pack_into(self._map, _H_IDLE, self._pid)
+        return True
+
     def keep_idle(self) -> None:
         """We hold the gate and nobody waits for it: keep it with no
         transaction running, so our next transaction takes it back without a
@@ -608,8 +626,9 @@ class ProcessLock:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False
         m = self._map
-        if self.idle:
+        if self.idle:  # whoever saw it kept idle may have rung and wait for us: wake them
             self.busy_again()
+            wake = True
         if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
             fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
             return

@@ -335,15 +335,15 @@ class FileGate:
         waits, and this process holds the cross-process gate or can take it
         at once): the lone writer's path, with no clock read and no queue.
         False leaves everything as it was. Not while the grant log is on."""
-        if _grantlog.active() is not None or not self.lock.try_acquire():
+        if _grantlog._LOG is not None or not self.lock.try_acquire():
             return False
         plock = self.plock
         if self._cohort:
-            if plock.idle:
-                plock.busy_again()
-            if plock.nobody_waits():
+            if plock.resume():  # ours already, and nobody else waits: the common case
                 self.owner = threading.get_ident()
                 return True
+            if plock.idle:
+                plock.busy_again()
             if not plock.head_due():
                 self.cohort_passes += 1
                 plock.note_overtake()
@@ -356,6 +356,17 @@ class FileGate:
             return True
         self.lock.release()  # (a cohort whose head is due: the full path hands over)
         return False
+
+    def release_now(self) -> None:
+        """:meth:`release` for the lone writer (taken with :meth:`take_now`):
+        the gate stays kept idle when nobody waits anywhere."""
+        self.owner = None
+        if self._hot and not self.lock._waiters and self.plock.keep_idle_if_alone():
+            if self._keeper is None:
+                self._start_keeper()
+            self.lock.release(False)
+        else:
+            self.release()
 
     def _note_grant(self, arrive: int, queued: bool, budget: Budget) -> None:
         if _grantlog.active() is not None:
@@ -430,14 +441,16 @@ class FileGate:
             )
         lock = self.lock
         plock = self.plock
+        kept_for_waiters = False
         try:
-            if lock.waiting:
+            if lock._waiters:
                 if plock.head_due():  # another process's head is due: hand over
                     self._cohort = False
                     plock.release()
-                # else: keep it for our own next waiter (a cohort)
-            elif self._hot and plock.can_keep_idle and plock.nobody_waits():
-                plock.keep_idle()  # ours again without a system call, unless someone rings
+                else:
+                    kept_for_waiters = True  # for our own next waiter (a cohort)
+            elif self._hot and plock.keep_idle_if_alone():
+                # ours again without a system call, unless someone rings
                 if self._keeper is None:
                     self._start_keeper()
             else:
@@ -445,7 +458,8 @@ class FileGate:
                 self._released_ns = time.monotonic_ns()
                 plock.release()
         finally:
-            lock.release()
+            # (if the waiters we kept it for leave, on_vacant lets it go)
+            lock.release(kept_for_waiters)
 
     def _vacant(self) -> None:
         """The in-process lock was left free with nobody waiting (the last
