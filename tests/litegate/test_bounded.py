@@ -320,3 +320,49 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
     assert a.barged == 3
     a.close()
     b.close()
+
+
+# -- keeping the gate while idle ------------------------------------------------------------
+
+
+def _write_then_idle(path: str, ready: Any) -> None:
+    db = litegate.connect(path, timeout=60)
+    for i in range(200):  # back to back: the process is "hot" and keeps the gate idle
+        db.execute("INSERT INTO t(v) VALUES (?)", (f"a{i}",))
+    ready.set()
+    time.sleep(60)  # idle, the gate kept, until the test kills it
+    db.close()
+
+
+@pytest.mark.skipif(not _futex.AVAILABLE, reason="idle keeping needs the futex doorbell")
+@pytest.mark.parametrize("end", ["asks", "sigkill"])
+def test_an_idle_holder_lets_the_gate_go(db_path: str, end: str) -> None:
+    """A process that wrote back to back keeps the gate while idle (its next
+    write needs no system call); another process that asks gets it (the idle
+    holder's keeper lets go), and so does one after the holder is killed."""
+    from litegate._filelock import read_counters
+
+    with litegate.connect(db_path) as db:
+        db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    ctx: Any = mp.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=_write_then_idle, args=(db_path, ready))
+    p.start()
+    try:
+        assert ready.wait(60)
+        wait_until(
+            lambda: (read_counters(db_path + "-litegate") or {}).get("idle_holder_pid") == p.pid,
+            what="the writer to keep the gate idle",
+        )
+        if end == "sigkill":
+            assert p.pid is not None
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(30)
+        db = litegate.connect(db_path, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('b')")  # would time out if nobody let go
+        assert db.query("SELECT count(*) FROM t") == [(201,)]
+        db.close()
+        assert not any(t.name.startswith("litegate-keeper") for t in threading.enumerate())
+    finally:
+        p.kill()  # (a multiprocessing Event set after its waiter was killed would hang)
+        p.join(30)
