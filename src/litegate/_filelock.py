@@ -105,6 +105,12 @@ _ALL_LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
 _ALL_UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0)
 
 
+def _bump(table: mmap.mmap, offset: int) -> None:
+    """Add one to a counter of the table (wrapping: a damaged file's huge
+    value must not make every grant fail)."""
+    _U64.pack_into(table, offset, (_U64.unpack_from(table, offset)[0] + 1) & 0xFFFFFFFFFFFFFFFF)
+
+
 def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
     """The ticket table of lock file ``path``, read without taking part:
     no lock taken, nothing written (for ``litegate doctor`` / ``top``).
@@ -319,8 +325,8 @@ class ProcessLock:
         head = self._head()
         if head is not None:
             off = _HEADER + (head[0] % SLOTS) * _SLOT_SIZE + 32
-            struct.pack_into("<I", self._map, off, head[1][4] + 1)
-            _U64.pack_into(self._map, _H_BARGES, _U64.unpack_from(self._map, _H_BARGES)[0] + 1)
+            struct.pack_into("<I", self._map, off, (head[1][4] + 1) & 0xFFFFFFFF)
+            _bump(self._map, _H_BARGES)
 
     # -- acquire ----------------------------------------------------------------
     def acquire(self, timeout: float | None, budget: Budget = BOUNDED) -> bool:
@@ -374,7 +380,7 @@ class ProcessLock:
             return False
         if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
             self._held = True
-            _U64.pack_into(m, _H_GRANTS, _U64.unpack_from(m, _H_GRANTS)[0] + 1)
+            _bump(m, _H_GRANTS)
             return True
         head = self._head()
         if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
@@ -391,7 +397,7 @@ class ProcessLock:
         """We hold the gate: the shared counters (written only by holders)."""
         self._held = True
         m = self._map
-        _U64.pack_into(m, _H_GRANTS, _U64.unpack_from(m, _H_GRANTS)[0] + 1)
+        _bump(m, _H_GRANTS)
         if overtook:
             self.barged += 1
             self.note_overtake()
@@ -636,7 +642,7 @@ class ProcessLock:
         due = head is not None and self._due(head[1], time.monotonic_ns())
         if due:
             self.handoffs += 1
-            _U64.pack_into(m, _H_HANDOFFS, _U64.unpack_from(m, _H_HANDOFFS)[0] + 1)
+            _bump(m, _H_HANDOFFS)
         fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
         if (due or (wake and head is not None)) and self._wake is not None:
             self._wake.bump()
