@@ -362,15 +362,20 @@ class GroupCommit:
         (the caller checks whether SQLite dropped the whole transaction)."""
         if self._refused(r):
             return
-        if first:
-            # No SAVEPOINT for the first member: a lone caller (the common case
-            # without contention) pays nothing extra. If it fails, the whole
-            # transaction (holding nothing else) is rolled back and begun again.
+        if first or (r.fn is None and not r.many):
+            # No SAVEPOINT for the first member (the transaction holds nothing
+            # else: if it fails, it is rolled back and begun again), nor for
+            # one plain statement: SQLite undoes a failing statement on its own
+            # and keeps the transaction. Only a statement that fails part way
+            # and keeps its first changes (ON CONFLICT FAIL) leaves anything
+            # behind; the change counter tells, and then the whole transaction
+            # is rolled back and the members before it run again.
+            before = conn.total_changes
             try:
                 self._execute(conn, r)
             except Exception as exc:
                 r.error = conn.guard.typed(exc)
-                if conn.in_transaction:
+                if conn.in_transaction and (first or conn.total_changes != before):
                     conn.control(ROLLBACK)
             return
         conn.control(SAVEPOINT)
