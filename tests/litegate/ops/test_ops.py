@@ -62,7 +62,10 @@ def test_a_huge_wal_and_a_rollback_journal_need_action(
         code, text = doctor(path, capsys)  # the connection is open: the WAL stays
     assert code == 1, text
     assert "[ACTION] WAL size: the WAL is" in text
-    assert "checkpoint('TRUNCATE')" in text
+    assert (
+        f"""python -c 'import litegate; print(litegate.connect("{path}").checkpoint("TRUNCATE"))'"""
+        in text
+    )
     rollback = str(tmp_path / "old.db")
     with closing(sqlite3.connect(rollback)) as conn:
         conn.execute("CREATE TABLE t (x)")
