@@ -107,6 +107,11 @@ def _not_a_path(what: str, dest: str) -> str | None:
         )
     if "\0" in dest:
         return f"{what} {dest!r} contains a NUL character; pass a file path"
+    if dest.endswith(("/", os.sep)):
+        return (
+            f"{what} {dest!r} ends with a slash, so it names a folder; pass the path of a "
+            f"file in it, e.g. {dest + 'backup.db'!r}"
+        )
     return None
 
 

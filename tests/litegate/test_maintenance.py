@@ -400,9 +400,10 @@ def test_overwrite_drops_the_old_files_journals(db: litegate.Database, tmp_path:
         ("file:copy.db?mode=rwc", litegate.ConfigError, "looks like a SQLite URI"),
         ("bad\0name.db", litegate.ConfigError, "NUL"),
         (b"copy.db", litegate.ConfigError, "must be a file path"),
+        ("copy.db/", litegate.ConfigError, "ends with a slash"),
         (42, litegate.ConfigError, "must be a file path"),
     ],
-    ids=["memory", "empty", "uri", "nul", "bytes", "int"],
+    ids=["memory", "empty", "uri", "nul", "bytes", "trailing slash", "int"],
 )
 def test_a_destination_that_is_not_a_file_path_is_a_config_error(
     db: litegate.Database,

@@ -22,12 +22,11 @@ from urllib.parse import quote
 
 from .._database import _check_path as check_path
 from .._errors import OpenError
-from .._files import JOURNALS, SIDECAR
+from .._files import SIDECAR, openers
 from .._profiles import PROFILES
 from ._inspect import (
     GateSnapshot,
     Ticket,
-    _fd_here,
     gate_snapshot,
     read_here,
     sqlite_locks,
@@ -88,7 +87,13 @@ def _mib(n: int) -> str:
     return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n / 1024:.0f} KiB"
 
 
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 5, 6, 11, 26
+_SQLITE_NOTADB = 26
+# Errors that say nothing about the file itself: another process has it
+# locked, or this one may not open or write what SQLite wanted (a hot
+# journal to roll back, a -shm to create), or the disk failed a read.
+# BUSY, LOCKED, READONLY, IOERR, CANTOPEN; any other error reading the
+# schema or pages means SQLite cannot use the file.
+_NOT_THE_FILE = (5, 6, 8, 10, 14)
 _PRAGMAS = ("page_size", "page_count", "freelist_count", "auto_vacuum", "user_version")
 
 
@@ -97,27 +102,27 @@ def _not_a_file(path: str) -> str:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return f"{path} does not exist"
+        return f"{path} does not exist; check the path (the database file itself, not a folder)"
     except (OSError, ValueError) as exc:
-        return f"{path} cannot be looked at ({exc})"
+        return f"{path} cannot be looked at ({exc}); check the path and its permissions"
     if stat.S_ISDIR(st.st_mode):
         return f"{path} is a directory; pass the database file in it"
     if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file (a pipe, device or socket)"
+        return f"{path} is not a regular file (a pipe, device or socket); pass a database file"
     return ""
 
 
 def _untouched(path: str) -> tuple[int, ...] | None:
-    """The file's identity and age if nobody is using it: no -wal, -shm or
-    -journal beside it, and no descriptor of it in this process. None
-    otherwise."""
-    if any(os.path.lexists(path + s) for s in JOURNALS):
+    """The file's identity and age if it can be read as a lone file: no
+    process has it (or its -wal or -shm) open, its WAL holds no frames and
+    no rollback journal waits beside it. None otherwise."""
+    if os.path.lexists(path + "-journal") or _size(path + "-wal") > 0:
+        return None
+    if openers([path, path + "-wal", path + "-shm"]):  # this process included
         return None
     try:
         st = os.stat(path)
     except OSError:
-        return None
-    if _fd_here((st.st_dev, st.st_ino)) is not None:
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
@@ -135,26 +140,33 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
             # "delete" whatever the header says; the header tells (below)
             for name in _PRAGMAS if immutable else ("journal_mode", *_PRAGMAS):
                 pragmas[name] = conn.execute(f"PRAGMA {name}").fetchone()[0]
+            # the schema, which every connection reads first (a schema format
+            # SQLite does not know fails here, and connect() with it)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             if check:
                 rows = conn.execute("PRAGMA quick_check(10)").fetchall()
                 quick = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
     except sqlite3.DatabaseError as exc:
         code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
         if code == _SQLITE_NOTADB:
-            raise NotADatabase(f"{path} is not a SQLite database (SQLite says: {exc})") from None
-        # else: locked past the timeout, a hot journal it may not roll back, ...
-        damaged = code == _SQLITE_CORRUPT
+            raise NotADatabase(
+                f"{path} is not a SQLite database (SQLite says: {exc}); pass a SQLite file, "
+                "or restore the database from a backup if this was one"
+            ) from None
+        damaged = code not in _NOT_THE_FILE
         quick = f"SQLite cannot read it: {exc}" if damaged else f"not run: {exc}"
     return pragmas, quick
 
 
 def _read_database(path: str, check: bool) -> tuple[dict[str, Any], str]:
-    """Read the file without disturbing it. A file nobody is using is read
-    as immutable (SQLite then creates nothing beside it; a WAL-mode file
-    opened the ordinary way, even read-only, gets a -wal and -shm that stay
-    after close), and read again the ordinary way if someone started using it
-    meanwhile. A file in use already has its companions: read-only, with
-    SQLite's locks."""
+    """Read the file without disturbing it. A file nobody is using, whose
+    WAL is empty, is all in its main file: it is read as immutable, so that
+    SQLite opens nothing beside it (opened the ordinary way, even read-only,
+    a WAL-mode file gets a -wal and -shm that stay after close, and SQLite
+    changes the mode of an empty -wal or -shm to the database's); if someone
+    started using it meanwhile, it is read again the ordinary way. A file in
+    use (or with frames to recover) is read with ``mode=ro`` and SQLite's
+    locks."""
     before = _untouched(path)
     if before is not None:
         pragmas, quick = _read(path, check, immutable=True)
@@ -185,6 +197,7 @@ def diagnose(path: str, *, check: bool = True) -> Report:
     if why:
         raise NotADatabase(why)
     rep = Report(path)
+    refused = _refused(path)  # before SQLite has opened anything
     pragmas, quick = _read_database(path, check)
     wal = _size(path + "-wal")
     facts = rep.facts
@@ -196,25 +209,27 @@ def diagnose(path: str, *, check: bool = True) -> Report:
         quick_check=quick,
     )
     _file_findings(rep, pragmas, quick, wal)
-    _open_findings(rep)
-    _lock_findings(rep)
-    return rep
-
-
-def _open_findings(rep: Report) -> None:
-    """What connect() would say about the path and its companions, as this
-    user: the same checks, run read-only."""
-    try:
-        check_path(rep.path)
-    except OpenError as exc:
+    if refused:
         rep.findings.append(
             Finding(
                 "open",
                 ACTION,
-                f"litegate.connect() refuses it as this user: {exc}",
+                f"litegate.connect() refuses it as this user: {refused}",
                 reason="every litegate process (and litegate.django) opens it the same way",
             )
         )
+    _lock_findings(rep)
+    return rep
+
+
+def _refused(path: str) -> str:
+    """What connect() would say about the path and its companions as this
+    user ("" if nothing): the same checks, which only look."""
+    try:
+        check_path(path)
+    except OpenError as exc:
+        return str(exc)
+    return ""
 
 
 def _sh(path: str) -> str:
