@@ -6,7 +6,8 @@ suite counts rows after every case).
 
 Each suite runs ``examples(n)`` cases per ``make test`` (the run's summary
 line "misuse suite: ..." counts them); set ``LITEGATE_MISUSE_SCALE=20``
-(say) to let Hypothesis look twenty times as long.
+(say) to let Hypothesis look twenty times as long (with ``--timeout 0``:
+pytest-timeout's 120 s is per test).
 """
 
 from __future__ import annotations
@@ -40,11 +41,15 @@ HANG = 30.0
 far below it)."""
 
 
+def scaled(n: int) -> int:
+    """``n`` cases times ``LITEGATE_MISUSE_SCALE``."""
+    return max(1, int(n * float(os.environ.get("LITEGATE_MISUSE_SCALE", "1"))))
+
+
 def examples(n: int, **overrides: Any) -> settings:
     """Hypothesis settings for a suite of ``n`` cases (times the scale)."""
-    scale = float(os.environ.get("LITEGATE_MISUSE_SCALE", "1"))
     return settings(
-        max_examples=max(1, int(n * scale)),
+        max_examples=scaled(n),
         deadline=None,  # timings on a shared machine vary; hangs are caught by HANG
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         **overrides,

@@ -259,7 +259,8 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         name = str(self.settings_dict["NAME"])
         in_memory = self.is_in_memory_db()
-        path = os.path.abspath(name)
+        # as connect() names the file: symlinks resolved, one gate per file
+        path = os.path.realpath(os.path.abspath(name))
         if not in_memory and not name.startswith("file:"):
             # connect()'s checks, before sqlite3 says "unable to open database file"
             self._litegate_open(lambda: check_path(path))

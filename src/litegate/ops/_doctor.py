@@ -135,6 +135,8 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
     quick = "skipped"
     try:
         with closing(sqlite3.connect(uri, uri=True, timeout=0.5)) as conn:
+            # a damaged file's text (quick_check's messages, names) need not be UTF-8
+            conn.text_factory = lambda b: b.decode("utf-8", "replace")
             conn.execute("PRAGMA query_only = 1")
             # immutable: SQLite reads the file as a lone snapshot and says
             # "delete" whatever the header says; the header tells (below)
@@ -155,6 +157,10 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
             ) from None
         damaged = code not in _NOT_THE_FILE
         quick = f"SQLite cannot read it: {exc}" if damaged else f"not run: {exc}"
+    except UnicodeDecodeError as exc:
+        # sqlite3 could not even decode SQLite's error message: a damaged
+        # schema ("malformed database schema (<bytes of the file>)")
+        quick = f"SQLite cannot read it: its schema holds bytes that are not text ({exc})"
     return pragmas, quick
 
 
@@ -177,11 +183,20 @@ def _read_database(path: str, check: bool) -> tuple[dict[str, Any], str]:
     return _read(path, check, immutable=False)
 
 
+def _resolved(path: str) -> str:
+    """The path as connect() names the file (symlinks resolved: one file, one
+    gate and one set of -wal/-shm, whatever names it)."""
+    try:
+        return os.path.realpath(os.path.abspath(path))
+    except ValueError:  # a NUL in it: refused by _not_a_file, by that name
+        return os.path.abspath(path)
+
+
 def probe(path: str) -> str:
     """The absolute path if it is a SQLite database litegate could open;
     raises :class:`NotADatabase` (with the reason) otherwise. Reads as
     little as it can, and disturbs nothing (as :func:`diagnose`)."""
-    path = os.path.abspath(path)
+    path = _resolved(path)
     why = _not_a_file(path)
     if why:
         raise NotADatabase(why)
@@ -192,7 +207,7 @@ def probe(path: str) -> str:
 def diagnose(path: str, *, check: bool = True) -> Report:
     """The report for ``path``. Raises :class:`NotADatabase` (with the
     reason) for a missing file or one that is not SQLite."""
-    path = os.path.abspath(path)
+    path = _resolved(path)
     why = _not_a_file(path)
     if why:
         raise NotADatabase(why)
@@ -451,17 +466,6 @@ def _gate_finding(rep: Report, gate: GateSnapshot, held_for: float) -> None:
             f"ticket {t.ticket} died {t.state} (its process is gone; the queue moves past it)"
             for t in gate.dead
         )
-    if gate.problem:
-        add(
-            Finding(
-                "litegate gate",
-                ACTION,
-                f"{sidecar}: {gate.problem}",
-                _sidecar_advice(sidecar, gate),
-                "a damaged lock file; a fresh one starts the counter again",
-            )
-        )
-        return
     add(Finding("litegate gate", WARN if held_for else OK, detail))
 
 

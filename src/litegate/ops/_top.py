@@ -84,8 +84,6 @@ def render(view: View) -> Any:
         t.add_row("gate", "no litegate process has opened this file")
     elif not g.valid:
         t.add_row("gate", f"the -litegate sidecar {g.problem}: litegate doctor says what to do")
-    elif g.problem:
-        t.add_row("gate", f"the -litegate sidecar: {g.problem}: litegate doctor says what to do")
     else:
         if g.holder is not None:
             since = view.held_since.get(g.holder.ticket, s.at)
@@ -125,7 +123,7 @@ def run(path: str, *, interval: float = 0.5, iterations: int | None = None) -> i
     from rich.console import Console
     from rich.live import Live
 
-    path = os.path.abspath(path)
+    path = os.path.realpath(os.path.abspath(path))  # as connect() names it
     view = View(path)
     console = Console()
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None

@@ -8,10 +8,9 @@ database) and permissions (as an unprivileged user).
 The contract, per case: doctor raises nothing but NotADatabase (a
 litegate.OpenError), changes no byte and leaves no file behind; when it
 says nothing needs action, connect, a write and a read succeed; when it
-says the sidecar needs action, connect raises OpenError (or, for a damaged
-ticket counter, opens but must not be written through), and running
-doctor's own advice (the shell command it prints) makes connect and a
-write work; every committed row is there after every case."""
+says the sidecar needs action, connect raises OpenError, and running
+doctor's own advice (the shell command it prints) makes connect and a write
+work; every committed row is there after every case."""
 
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ from hypothesis import strategies as st
 import litegate
 from litegate.ops import NotADatabase, Report, diagnose
 from tests.conftest import running_as_root
-from tests.litegate.misuse import Outcome, attempt, examples, ran
+from tests.litegate.misuse import Outcome, attempt, examples, ran, scaled
 
 ROWS = 20
 MAGIC = b"LGTQ0001"
@@ -102,19 +101,33 @@ def write_and_read_anything(path: str) -> None:
         assert db.query("SELECT count(*) FROM misuse_probe")[0][0] >= 1
 
 
-# connect()'s OpenError for a file SQLite cannot use says only "cannot open
-# X: <what sqlite3 said>" ("database disk image is malformed", "unsupported
-# file format"): no advice. The message is the core's generic fallback
-# (_database._open_error, the lead's); test_doctor.py's strict xfail
-# test_connect_on_a_damaged_file_says_what_to_do tracks it. Until then the
-# property excuses that message, and that one only, from saying what to do.
-CORE_MESSAGE_WITHOUT_ADVICE = re.compile(r"^cannot open '[^']*': [^;]*$")
+# Two of connect()'s messages say what went wrong and nothing about what to
+# do: its generic fallbacks, "cannot open X: <what sqlite3 said>" (a file
+# SQLite finds damaged: "database disk image is malformed", "unsupported file
+# format"; _database._open_error) and "cannot open litegate's lock file X:
+# [Errno N] ..." (a sidecar symlink to nothing; _gate.FileGate._new). Both
+# are the core's (the lead's); test_doctor.py's strict xfails track them.
+# Until then the properties excuse these messages, and these only, from
+# saying what to do (they must still be typed).
+CORE_MESSAGE_WITHOUT_ADVICE = re.compile(
+    r"^cannot open '[^']*': [^;]*$|^cannot open litegate's lock file '[^']*': \[Errno \d+\] [^;]*$"
+)
 
 
 def connect_outcome(path: str) -> Outcome:
-    return attempt(
-        lambda: litegate.connect(path, timeout=5), "connect", known=CORE_MESSAGE_WITHOUT_ADVICE
-    )
+    try:
+        return attempt(
+            lambda: litegate.connect(path, timeout=5), "connect", known=CORE_MESSAGE_WITHOUT_ADVICE
+        )
+    except AssertionError as exc:
+        # On a schema whose bytes are not UTF-8, connect() lets sqlite3's
+        # UnicodeDecodeError out (it decodes SQLite's error message): the
+        # core's, tracked by test_doctor.py's strict xfail
+        # test_connect_on_a_schema_that_is_not_text_is_an_open_error. Counted
+        # as a refusal here, so that doctor's verdict is still checked.
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            return Outcome(error=litegate.OpenError(f"untyped, see above: {exc.__cause__}"))
+        raise
 
 
 def finding(report: Report, check: str) -> dict[str, str]:
@@ -177,7 +190,7 @@ def _counter(value: int) -> tuple[int, bytes]:
 def sidecars() -> st.SearchStrategy[Sidecar]:
     counters = st.one_of(
         st.integers(0, 2**64 - 1),
-        st.sampled_from([2**62, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]),
+        st.sampled_from([2**62 - 1, 2**62, 2**63, 2**64 - 2, 2**64 - 1]),
         st.integers(0, 10_000),
     )
     patches = st.lists(
@@ -208,7 +221,7 @@ def check_sidecar_case(template: Template, sidecar: Sidecar) -> None:
         gate = finding(report, "litegate gate")
         others = [f.check for f in report.findings if f.status == "action" and f is not None]
         assert set(others) <= {"litegate gate"}, report.as_dict()["findings"]
-        opened = attempt(lambda: litegate.connect(path, timeout=5), "connect")
+        opened = connect_outcome(path)
         if opened.ok:
             db: litegate.Database = opened.value
             opened_fine = True
@@ -220,16 +233,11 @@ def check_sidecar_case(template: Template, sidecar: Sidecar) -> None:
             assert opened_fine, f"doctor: {gate['detail']}; connect: {opened.error}"
             write_and_read(path)
             expected += 1
-        elif not report.facts["gate"]["valid"]:
+        else:
+            assert not report.facts["gate"]["valid"], gate
             assert not opened_fine, f"doctor: {gate['detail']}; connect opened it"
             assert isinstance(opened.error, litegate.OpenError)
             assert "-litegate" in str(opened.error)
-            follow(gate["advice"])
-            write_and_read(path)
-            expected += 1
-        else:  # opens, but its ticket counter is damaged: writes would fail
-            assert opened_fine, opened
-            assert "ticket counter" in gate["detail"]
             follow(gate["advice"])
             write_and_read(path)
             expected += 1
@@ -465,8 +473,8 @@ def test_permissions_as_another_user() -> None:
 
     try:
         out = as_nobody(suite)
-        assert out == "cases 40", out
-        for _ in range(40):
+        assert out == f"cases {scaled(40)}", out
+        for _ in range(scaled(40)):
             ran("permissions (as nobody)")
     finally:
         shutil.rmtree(base)
