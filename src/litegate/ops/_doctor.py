@@ -449,7 +449,7 @@ def _gate_finding(rep: Report, gate: GateSnapshot, held_for: float) -> None:
         )
         return
     who = (
-        f"held by ticket {_ticket(gate.holder)}"
+        f"held (grant {gate.holder.ticket}, pid {gate.holder.pid or '?'})"
         + (f" for at least {held_for:g} s" if held_for else "")
         if gate.holder
         else "free"
@@ -460,12 +460,15 @@ def _gate_finding(rep: Report, gate: GateSnapshot, held_for: float) -> None:
         + (f": {waiting}" if waiting else "")
         + f"; {len(gate.pids)} process(es) have it open"
     )
-    if gate.dead:
-        # The kernel dropped their locks; the gate passes over them on its own.
-        detail += "; " + ", ".join(
-            f"ticket {t.ticket} died {t.state} (its process is gone; the queue moves past it)"
-            for t in gate.dead
-        )
+    for t in gate.dead:
+        # The kernel dropped their locks; the gate goes on without them.
+        if t.state == "holding":
+            detail += (
+                f"; its last holder (pid {t.pid}) died holding it (SQLite rolled that "
+                "transaction back; the next writer takes the gate)"
+            )
+        else:
+            detail += f"; ticket {t.ticket} died {t.state} (the queue moves past it)"
     add(Finding("litegate gate", WARN if held_for else OK, detail))
 
 

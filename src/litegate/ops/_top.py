@@ -100,7 +100,7 @@ def render(view: View) -> Any:
         t.add_row("queue", f"{len(g.waiting)} waiting  (pids {waiting})")
         t.add_row("processes", " ".join(map(str, g.pids)) or "-")
         if g.dead:
-            t.add_row("died in line", " ".join(f"ticket {d.ticket} ({d.state})" for d in g.dead))
+            t.add_row("died", " ".join(f"pid {d.pid or '?'} ({d.state})" for d in g.dead))
         t.add_row("gate turns/s", f"{view.grants_per_s:,.0f}")
     lk = s.locks
     t.add_row("SQLite writer", " ".join(map(str, lk.writer_pids)) or "free")

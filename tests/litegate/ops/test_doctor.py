@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -20,8 +21,10 @@ import pytest
 import litegate
 from litegate.__main__ import main
 from litegate.ops import diagnose
+from tests.conftest import wait_until
 
-MAGIC = b"LGTQ0001"  # the lock file's first bytes (_filelock)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+OLD_MAGIC = b"LGTQ0001"  # an older litegate's (strict ticket order), set up anew if unused
 
 
 def doctor(path: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
@@ -59,8 +62,22 @@ def writes(db_path: str) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"\0\0\0", MAGIC, MAGIC + b"\0" * 8, MAGIC + (5).to_bytes(8, "little")],
-    ids=["empty", "three zero bytes", "magic only", "magic and a zero counter", "short table"],
+    [
+        b"",
+        b"\0\0\0",
+        MAGIC,
+        MAGIC + b"\0" * 8,
+        MAGIC + (5).to_bytes(8, "little"),
+        OLD_MAGIC + (2**63).to_bytes(8, "little"),
+    ],
+    ids=[
+        "empty",
+        "three zero bytes",
+        "magic only",
+        "magic and a zero counter",
+        "short table",
+        "an older litegate's, unused",
+    ],
 )
 def test_a_blank_or_short_sidecar_is_fine_as_connect_finds(
     db_path: str, capsys: pytest.CaptureFixture[str], content: bytes
@@ -224,38 +241,60 @@ with db.write() as c:
 """
 
 
-def test_a_sigkilled_gate_holder_is_reported_gone_not_holding(
-    db_path: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Doctor kept reporting "gate held by ticket 1 (pid ?)" after the
-    holder was SIGKILLed; the gate itself moves on (the kernel dropped the
-    slot lock), and so does doctor's verdict."""
-    made(db_path)
+def _holder(db_path: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, db_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env=env,
     )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def test_a_sigkilled_gate_holder_or_waiter_is_reported_gone(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Doctor kept reporting "gate held by ticket 1 (pid ?)" after the
+    holder was SIGKILLed. The gate goes on (the kernel dropped the dead
+    process's locks), and doctor says so: a dead holder, a dead waiter."""
+    made(db_path)
+    holder = _holder(db_path)
+    waiter: subprocess.Popen[str] | None = None
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "holding"
-        alive = diagnose(db_path, check=False).facts["gate"]
-        assert alive["holder"]["pid"] == proc.pid
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        assert diagnose(db_path, check=False).facts["gate"]["holder"]["pid"] == holder.pid
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", HOLD, db_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=env,
+        )  # fmt: skip
+        wait_until(
+            lambda: len(diagnose(db_path, check=False).facts["gate"]["waiting"]) == 1,
+            what="the second process asleep in the gate's queue",
+        )
+        os.kill(waiter.pid, signal.SIGKILL)
+        waiter.wait(10)
+        code, text = doctor(db_path, capsys)
+        assert code == 0, text  # a warning at most: the gate is held, its queue moved on
+        assert re.search(r"ticket \d+ died (waiting|head) \(the queue moves past it\)", text), text
+        assert "0 waiting" in text
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
     finally:
-        proc.kill()
-        proc.communicate(timeout=10)
+        for p in (holder, waiter):
+            if p is not None:
+                p.kill()
+                p.communicate(timeout=10)
     code, text = doctor(db_path, capsys)
     assert code == 0, text
     assert "litegate gate: free; 0 waiting" in text
-    assert "died holding (its process is gone; the queue moves past it)" in text
-    assert "held by" not in text
+    assert f"its last holder (pid {holder.pid}) died holding it" in text
+    assert "held (" not in text
     gate = json.loads(doctor(db_path, capsys, "--json")[1])["facts"]["gate"]
     assert gate["holder"] is None
-    assert [t["state"] for t in gate["dead"]] == ["holding"]
+    assert ("holding", holder.pid) in [(t["state"], t["pid"]) for t in gate["dead"]]
     writes(db_path)
-    assert rows_in(db_path) == 4  # the killed transaction's row never was
+    assert rows_in(db_path) == 4  # the killed transactions' rows never were
 
 
 def listing(directory: Path) -> set[str]:

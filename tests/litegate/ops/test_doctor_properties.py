@@ -39,8 +39,9 @@ from tests.conftest import running_as_root
 from tests.litegate.misuse import Outcome, attempt, examples, ran, scaled
 
 ROWS = 20
-MAGIC = b"LGTQ0001"
-TABLE = 64 + 4096 * 16  # the lock file's size (_filelock._SIZE)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+OLD_MAGIC = b"LGTQ0001"  # an older litegate's: set up anew when nobody uses it
+TABLE = 128 + 4096 * 48  # the lock file's size (_filelock._SIZE); checked by the template
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ def make_template(directory: Path) -> Template:
         db.execute("CREATE INDEX t_v ON t (v)")
         db.executemany("INSERT INTO t (v) VALUES (?)", [(f"row {i} " * 40,) for i in range(ROWS)])
     assert not os.path.exists(path + "-wal")
-    return Template(Path(path).read_bytes(), Path(path + "-litegate").read_bytes())
+    sidecar = Path(path + "-litegate").read_bytes()
+    assert (sidecar[:8], len(sidecar)) == (MAGIC, TABLE), "the lock file's format changed"
+    return Template(Path(path).read_bytes(), sidecar)
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +207,7 @@ def sidecars() -> st.SearchStrategy[Sidecar]:
         # ticket counters, small to the end of 64 bits
         st.builds(lambda c, p: Sidecar("table", patches=(_counter(c), *p)), counters, patches),
         st.builds(lambda c: Sidecar("bytes", MAGIC + _counter(c)[1]), counters),
+        st.builds(lambda c: Sidecar("bytes", OLD_MAGIC + _counter(c)[1]), counters),
         st.sampled_from(["directory", "fifo", "devnull", "dangling", "missing"]).map(Sidecar),
     )
 

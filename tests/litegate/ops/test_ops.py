@@ -133,7 +133,7 @@ def test_doctor_names_the_process_holding_the_gate_and_for_how_long(
     finally:
         proc.communicate("go\n", timeout=30)
     assert re.search(
-        rf"\[warn  \] litegate gate: held by ticket \d+ \(pid {proc.pid}\) for at least", text
+        rf"\[warn  \] litegate gate: held \(grant \d+, pid {proc.pid}\) for at least", text
     ), text
     assert f"SQLite write lock: held by pid {proc.pid} (the gate's holder)" in text
     assert status == 0
