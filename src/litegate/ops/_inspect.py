@@ -222,11 +222,13 @@ def _locked(fd: int, offset: int, length: int = 1) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (True when that cannot be told: a
+    number no pid can be, read from a damaged hint, claims nothing)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's: there
+    except (OSError, OverflowError, ValueError):  # another user's, or no pid at all
         return True
     return True
 
@@ -247,6 +249,11 @@ def _unusable(sidecar: str) -> str:
     if not os.access(sidecar, os.R_OK | os.W_OK):
         return "is read-only for this user, and every process that writes needs to write it"
     return ""
+
+
+def _grants(fd: int) -> int:
+    """The lock file's grant counter (read_counters' "grants", from ``fd``)."""
+    return int.from_bytes(os.pread(fd, 8, 16).ljust(8, b"\0"), "little")
 
 
 def gate_snapshot(path: str) -> GateSnapshot:
@@ -297,6 +304,12 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
         problem = (
             f"is damaged: its ticket counter reads {nxt}, which litegate never writes (it "
             "grows by one a wait)"
+        )
+    elif magic == _MAGIC and (grants := _grants(fd)) >= _TICKET_LIMIT:
+        # connect() opens it, but every grant would overflow the counter
+        problem = (
+            f"is damaged: its grant counter reads {grants}, which litegate never writes (it "
+            "grows by one a write transaction); writes through the gate fail"
         )
     if problem:
         return GateSnapshot(sidecar=True, valid=False, problem=problem, pids=pids)

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 from contextlib import closing
@@ -167,6 +168,48 @@ def test_a_damaged_ticket_counter_needs_action_with_the_command_that_fixes_it(
     counter_at(sidecar, 2**62 - 1)  # the largest counter connect accepts
     assert gate_finding(db_path)["status"] == "ok"
     writes(db_path)
+
+
+def test_a_damaged_grant_counter_needs_action(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same defect in the new lock file's other counter: grants at
+    2**64 - 1 make every write raise struct.error (see the strict xfail
+    below); doctor says the file is damaged, with the command."""
+    made(db_path)
+    sidecar = db_path + "-litegate"
+    with open(sidecar, "r+b") as f:
+        f.seek(16)  # the grant counter
+        f.write((2**64 - 1).to_bytes(8, "little"))
+    code, text = doctor(db_path, capsys)
+    assert code == 1, text
+    assert "its grant counter reads 18446744073709551615" in text
+    assert f"do:  no process has it open: rm {sidecar}" in text
+    os.remove(sidecar)  # the advice
+    writes(db_path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=struct.error,
+    reason="the gate (_filelock, the lead's) adds 1 to the grant counter (bytes 16..24) "
+    "without a bound, and _map_table checks only the ticket counter: struct.error on every "
+    "write; it should refuse the file at open as for the ticket counter",
+)
+def test_a_grant_counter_at_its_end_is_a_typed_error(db_path: str) -> None:
+    made(db_path)
+    with open(db_path + "-litegate", "r+b") as f:
+        f.seek(16)
+        f.write((2**64 - 1).to_bytes(8, "little"))
+    opened: list[litegate.Database] = []
+    try:
+        with pytest.raises(litegate.Error, match="-litegate"):  # noqa: PT012 - at open or write
+            opened.append(litegate.connect(db_path))
+            opened[0].execute("INSERT INTO t VALUES (1)")
+    finally:
+        for db in opened:
+            db.close()
+        assert rows_in(db_path) == 3  # nothing lost either way
 
 
 def test_the_advice_names_the_processes_to_stop_first(
