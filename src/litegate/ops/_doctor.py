@@ -461,14 +461,8 @@ def _gate_finding(rep: Report, gate: GateSnapshot, held_for: float) -> None:
         + f"; {len(gate.pids)} process(es) have it open"
     )
     for t in gate.dead:
-        # The kernel dropped their locks; the gate goes on without them.
-        if t.state == "holding":
-            detail += (
-                f"; its last holder (pid {t.pid}) died holding it (SQLite rolled that "
-                "transaction back; the next writer takes the gate)"
-            )
-        else:
-            detail += f"; ticket {t.ticket} died {t.state} (the queue moves past it)"
+        # The kernel dropped their locks; the queue goes on without them.
+        detail += f"; ticket {t.ticket} died {t.state} (the queue moves past it)"
     add(Finding("litegate gate", WARN if held_for else OK, detail))
 
 

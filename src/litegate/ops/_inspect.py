@@ -156,7 +156,7 @@ class GateSnapshot:
     grants: int = 0  # grants of the gate across processes so far
     holder: Ticket | None = None  # a live holder
     waiting: list[Ticket] = field(default_factory=list)  # live sleepers, in ticket order
-    dead: list[Ticket] = field(default_factory=list)  # died holding or waiting: passed over
+    dead: list[Ticket] = field(default_factory=list)  # died asleep in the queue: passed over
     pids: list[int] = field(default_factory=list)  # processes with the sidecar open
 
 
@@ -219,18 +219,6 @@ def _locked(fd: int, offset: int, length: int = 1) -> bool:
     except OSError:
         return True
     return int(_LOCK.unpack(answer)[0]) != fcntl.F_UNLCK
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (True when that cannot be told: a
-    number no pid can be, read from a damaged hint, claims nothing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError, ValueError):  # another user's, or no pid at all
-        return True
-    return True
 
 
 def _unusable(sidecar: str) -> str:
@@ -316,12 +304,10 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
     counters = (read_counters(sidecar) if magic == _MAGIC else None) or {}
     grants = int(counters.get("grants", 0))
     snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, grants=grants, pids=pids)
-    if _locked(fd, _GATE):  # the kernel says the gate is held, right now
+    # The kernel says whether the gate is held, right now: a holder that died
+    # lost its lock with its life, and the gate is free (nothing else to say).
+    if _locked(fd, _GATE):
         snap.holder = Ticket(grants, "holding", owners.get(_GATE_SLOT))
-    else:
-        last = int(counters.get("holder_pid", 0))
-        if last and not _alive(last):  # its holder died: the kernel let go for it
-            snap.dead.append(Ticket(grants, "holding", last, alive=False))
     table = read_queue(sidecar) if magic == _MAGIC and os.fstat(fd).st_size >= _SIZE else None
     if table is None:
         return snap  # no tickets yet
