@@ -12,6 +12,7 @@ over a job queue (``litegate worker --help``). The lab lives in
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import litegate
@@ -92,25 +93,31 @@ def _bench(args: list[str]) -> int:
     return code
 
 
+def _run(args: list[str]) -> int:
+    if args and args[0] == "bench":
+        return _bench(args[1:])
+    if args and args[0] in ("doctor", "top"):
+        from litegate.ops import _cli as ops_cli
+
+        main_of = ops_cli.doctor_main if args[0] == "doctor" else ops_cli.top_main
+        return main_of(args[1:])
+    if args and args[0] == "web":
+        return _web(args[1:])
+    if args and args[0] == "worker":
+        from litegate.queue._cli import main as worker_main
+
+        return worker_main(args[1:])
+    _parser().parse_args(args)  # prints help or a usage error and exits
+    return 2  # pragma: no cover - parse_args always exits here
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``litegate`` command; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args and args[0] == "bench":
-            return _bench(args[1:])
-        if args and args[0] in ("doctor", "top"):
-            from litegate.ops import _cli as ops_cli
-
-            main_of = ops_cli.doctor_main if args[0] == "doctor" else ops_cli.top_main
-            return main_of(args[1:])
-        if args and args[0] == "web":
-            return _web(args[1:])
-        if args and args[0] == "worker":
-            from litegate.queue._cli import main as worker_main
-
-            return worker_main(args[1:])
-        _parser().parse_args(args)  # prints help or a usage error and exits
-        return 2  # pragma: no cover - parse_args always exits here
+        code = _run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
@@ -119,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`litegate doctor --json | head`):
+        # stop quietly. Python flushes stdout again at exit, so point it at
+        # /dev/null first, or that flush fails too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE: what a shell shows for a command the pipe stopped
 
 
 if __name__ == "__main__":

@@ -12,19 +12,33 @@ snapshot, pinned by a read transaction, while writers go on (WAL).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
-from contextlib import closing
-from typing import TYPE_CHECKING, NamedTuple
+from contextlib import AbstractContextManager, closing
+from typing import NamedTuple, Protocol
+from urllib.parse import quote
 
 from ._errors import ConfigError, OpenError
-
-if TYPE_CHECKING:
-    from ._database import Database
+from ._files import FAMILY, JOURNALS, SIDECAR, openers, owner_of, same_file
 
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
+_INT_MAX = 2**31 - 1
+
+
+class _Target(Protocol):
+    """What maintenance needs of a :class:`litegate.Database` (a protocol,
+    so that this module does not import ``_database``, which imports it)."""
+
+    path: str
+
+    def _exclusive(self, timeout: float | None) -> AbstractContextManager[sqlite3.Connection]:
+        """The write connection, the whole gate held, no transaction open."""
+        ...
 
 
 class BackupResult(NamedTuple):
@@ -68,25 +82,153 @@ def _size(path: str) -> int:
         return 0
 
 
-def _new_file(path: object, what: str, overwrite: bool) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"{what} must be a file path, got {path!r}")
-    target = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(os.path.dirname(target)):
+# -- destinations of backup() and vacuum(into=) ---------------------------------
+#
+# Every check runs before anything is created, replaced or deleted, and the
+# copy is written to a temporary file beside the destination and renamed
+# over it only once it is complete: a refused or failed call leaves every
+# file as it was.
+
+
+def _not_a_path(what: str, dest: str) -> str | None:
+    """Why ``dest`` is not a plain file path, or None."""
+    if dest == "":
+        return f"{what} is an empty path; pass a file path such as 'backup.db'"
+    if dest == ":memory:":
+        return (
+            f"{what} ':memory:' is SQLite's name for a private in-memory database: a copy "
+            "there would vanish at once. Pass a file path (for a file really named "
+            "':memory:', pass './:memory:')"
+        )
+    if dest.startswith("file:"):
+        return (
+            f"{what} {dest!r} looks like a SQLite URI; pass a plain file path (for a file "
+            f"whose name starts with 'file:', pass {'./' + dest!r})"
+        )
+    if "\0" in dest:
+        return f"{what} {dest!r} contains a NUL character; pass a file path"
+    if dest.endswith(("/", os.sep)):
+        return (
+            f"{what} {dest!r} ends with a slash, so it names a folder; pass the path of a "
+            f"file in it, e.g. {dest + 'backup.db'!r}"
+        )
+    return None
+
+
+def _relation(target: str, theirs: str, mine: str, source: str) -> str:
+    """How ``target`` collides with the live database ``source``."""
+    other_name = "" if target == source else " (another name for it)"
+    if theirs == "" and mine == "":
+        return f"is the database itself{other_name}"
+    if theirs == "":
+        return f"is the database's {mine} file"
+    return f"would put its {theirs} file on top of the database's {mine or 'main'} file"
+
+
+def _destination(db: _Target, dest: object, what: str, overwrite: object) -> str:
+    """The absolute path to write, after every check that protects a live
+    database; raises :class:`ConfigError` / :class:`OpenError` otherwise."""
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"overwrite must be True or False, got {overwrite!r}")
+    raw = os.fspath(dest) if isinstance(dest, os.PathLike) else dest
+    if not isinstance(raw, str):
+        raise ConfigError(f"{what} must be a file path (str or os.PathLike[str]), got {dest!r}")
+    why = _not_a_path(what, raw)
+    if why is not None:
+        raise ConfigError(why)
+    target = os.path.abspath(raw)
+    source = db.path
+    suggestion = os.path.splitext(source)[0] + "-backup.db"
+    # The live database, its journal files and its sidecar, whatever the name:
+    # a new file at target (or the journal files SQLite keeps beside it) must
+    # not be any of them. Refused whatever overwrite says.
+    for mine in FAMILY:
+        for theirs in ("", *JOURNALS):
+            if same_file(target + theirs, source + mine):
+                raise ConfigError(
+                    f"{what} {target!r} {_relation(target, theirs, mine, source)}: writing "
+                    f"there would destroy the live database {source!r}; pick another "
+                    f"path, e.g. {suggestion!r}"
+                )
+    owner = owner_of(target) or owner_of(os.path.realpath(target))
+    if owner is not None:
+        raise ConfigError(
+            f"{what} {target!r} is the {owner[1]} file of the database {owner[0]!r} (SQLite "
+            "or litegate keeps it there, and would replay or delete it); pick a path that "
+            "does not end in -wal, -shm, -journal or -litegate"
+        )
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
         raise OpenError(f"{what} {target!r}: its directory does not exist; create it first")
-    if os.path.exists(target):
+    if os.path.isdir(target):
+        raise OpenError(
+            f"{what} {target!r} is a directory; pass the path of a file in it, e.g. "
+            f"{os.path.join(target, os.path.basename(suggestion))!r}"
+        )
+    there = [target + s for s in ("", *JOURNALS) if os.path.lexists(target + s)]
+    if there:
         if not overwrite:
+            leftover = "" if there[0] == target else " (left by a database that was there?)"
             raise ConfigError(
-                f"{what} {target!r} exists; pick a new path, or pass overwrite=True to replace it"
+                f"{what} {there[0]!r} exists{leftover}; pick a new path, or pass "
+                "overwrite=True to replace it"
             )
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            if os.path.exists(target + suffix):
-                os.remove(target + suffix)
+        for p in there:
+            mode = os.lstat(p).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                raise OpenError(
+                    f"{what} {p!r} is not a regular file (a directory, device, pipe or "
+                    "socket); litegate replaces files only. Pick a file path"
+                )
+        users = openers([*there, target + SIDECAR])
+        if users:
+            raise ConfigError(
+                f"{what} {target!r} is open in process(es) {', '.join(map(str, users))}: a "
+                "live database, or a file in use; replacing it would pull it from under "
+                "them. Close it there first, or pick another path"
+            )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OpenError(
+            f"cannot write {what} {target!r}: its directory is read-only for this process; "
+            "make it writable or pick another directory"
+        )
     return target
 
 
+def _scratch(target: str) -> str:
+    """A new file name beside ``target`` (same filesystem: the rename is atomic)."""
+    return f"{target}.litegate-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _discard(path: str) -> None:
+    for suffix in ("", *JOURNALS):
+        with contextlib.suppress(OSError):
+            os.remove(path + suffix)
+
+
+def _install(scratch: str, target: str) -> None:
+    """Put the finished copy at ``target``. The journal files of an old file
+    there go first: SQLite would replay or trust them on the new one."""
+    for suffix in JOURNALS:
+        if os.path.lexists(target + suffix):
+            os.remove(target + suffix)
+    os.replace(scratch, target)
+
+
+def _failed(what: str, target: str, exc: sqlite3.Error) -> OpenError:
+    return OpenError(
+        f"could not write {what} {target!r}: {exc}. Nothing was replaced and the database "
+        "is untouched; check the free space and permissions there"
+    )
+
+
+def _source_uri(path: str) -> str:
+    # mode=rw: never create the database if its file went away meanwhile
+    return "file:" + quote(path, safe="/") + "?mode=rw"
+
+
 def backup(
-    db: Database,
+    db: _Target,
     dest: object,
     *,
     pages: int = 1024,
@@ -99,32 +241,42 @@ def backup(
     to the WAL while the copy reads the snapshot."""
     if isinstance(pages, bool) or not isinstance(pages, int) or pages < 1:
         raise ConfigError(f"pages must be a whole number >= 1, got {pages!r}")
-    target = _new_file(dest, "backup destination", overwrite)
-    if target == db.path:
-        raise ConfigError("the backup destination is the database itself; pick another path")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a function (done, total) or None, got {progress!r}")
+    target = _destination(db, dest, "backup destination", overwrite)
+    scratch = _scratch(target)
     t0 = time.monotonic()
-    with (
-        closing(sqlite3.connect(db.path, isolation_level=None)) as src,
-        closing(sqlite3.connect(target, isolation_level=None)) as dst,
-    ):
-        src.execute("PRAGMA query_only = 1")
-        src.execute("BEGIN")
-        src.execute("SELECT count(*) FROM sqlite_master").fetchone()  # pins the snapshot
+    try:
+        with (
+            closing(sqlite3.connect(_source_uri(db.path), uri=True, isolation_level=None)) as src,
+            closing(sqlite3.connect(scratch, isolation_level=None)) as dst,
+        ):
+            src.execute("PRAGMA query_only = 1")
+            src.execute("BEGIN")
+            src.execute("SELECT count(*) FROM sqlite_master").fetchone()  # pins the snapshot
 
-        def step(status: int, remaining: int, total: int) -> None:
-            if progress is not None:
-                progress(total - remaining, total)
+            def step(status: int, remaining: int, total: int) -> None:
+                if progress is not None:
+                    progress(total - remaining, total)
 
-        src.backup(dst, pages=pages, progress=step, sleep=0)
-        src.execute("COMMIT")
-        n = int(dst.execute("PRAGMA page_count").fetchone()[0])
-        # A standalone copy: one file, no WAL beside it.
-        dst.execute("PRAGMA journal_mode = DELETE")
+            # SQLite takes an int; more pages than the file has copies it all.
+            src.backup(dst, pages=min(pages, _INT_MAX), progress=step, sleep=0)
+            src.execute("COMMIT")
+            n = int(dst.execute("PRAGMA page_count").fetchone()[0])
+            # A standalone copy: one file, no WAL beside it.
+            dst.execute("PRAGMA journal_mode = DELETE")
+        _install(scratch, target)
+    except sqlite3.Error as exc:
+        _discard(scratch)
+        raise _failed("backup destination", target, exc) from exc
+    except BaseException:
+        _discard(scratch)
+        raise
     return BackupResult(target, _size(target), n, time.monotonic() - t0)
 
 
 def vacuum(
-    db: Database, *, into: object = None, overwrite: bool = False, timeout: float | None = None
+    db: _Target, *, into: object = None, overwrite: bool = False, timeout: float | None = None
 ) -> VacuumResult:
     """``VACUUM`` (rebuild the file, return free pages to the filesystem)
     with the write gate held; or, with ``into=``, ``VACUUM INTO`` a new,
@@ -137,16 +289,29 @@ def vacuum(
     checkpoint (litegate's checkpointer, or ``db.checkpoint("TRUNCATE")``)."""
     t0 = time.monotonic()
     if into is not None:
-        target = _new_file(into, "vacuum into=", overwrite)
-        with closing(sqlite3.connect(db.path, isolation_level=None)) as conn:
-            before = _pages(conn)
-            conn.execute("VACUUM INTO ?", (target,))
-        with closing(sqlite3.connect(target)) as new:
-            after = _pages(new)
+        target = _destination(db, into, "vacuum into=", overwrite)
+        scratch = _scratch(target)
+        try:
+            with closing(
+                sqlite3.connect(_source_uri(db.path), uri=True, isolation_level=None)
+            ) as conn:
+                before = _pages(conn)
+                conn.execute("VACUUM INTO ?", (scratch,))
+            with closing(sqlite3.connect(scratch)) as new:
+                after = _pages(new)
+            _install(scratch, target)
+        except sqlite3.Error as exc:
+            _discard(scratch)
+            raise _failed("vacuum into=", target, exc) from exc
+        except BaseException:
+            _discard(scratch)
+            raise
         return VacuumResult(
             _size(db.path), _size(target), before[0], after[0], before[1], time.monotonic() - t0,
             target,
         )  # fmt: skip
+    if not isinstance(overwrite, bool) or overwrite:
+        raise ConfigError("overwrite= goes with into=; vacuum() without into= rebuilds in place")
     bytes_before = _size(db.path)
     with db._exclusive(timeout) as conn:
         before = _pages(conn)
@@ -167,7 +332,7 @@ def _pages(conn: sqlite3.Connection) -> tuple[int, int]:
 
 
 def checkpoint(
-    db: Database, mode: str = "PASSIVE", *, timeout: float | None = None
+    db: _Target, mode: str = "PASSIVE", *, timeout: float | None = None
 ) -> CheckpointResult:
     """``PRAGMA wal_checkpoint(mode)`` with the write gate held: PASSIVE
     copies what it can; FULL, RESTART and TRUNCATE also wait for readers
@@ -184,7 +349,7 @@ def checkpoint(
     )  # fmt: skip
 
 
-def optimize(db: Database, *, timeout: float | None = None) -> OptimizeResult:
+def optimize(db: _Target, *, timeout: float | None = None) -> OptimizeResult:
     """``PRAGMA optimize`` (refreshes the query planner's statistics where
     they are stale), with the write gate held: it may run ANALYZE."""
     t0 = time.monotonic()

@@ -14,6 +14,13 @@ gate. See the README's Django section.
 ``with litegate.django.read_only():`` is an ``atomic()`` block that only
 reads: no gate, writes refused with :class:`ReadOnlyScopeError`.
 
+Misconfiguration is typed: an unknown or unusable ``OPTIONS`` key, a bad
+profile or timeout is :class:`SettingsError` (Django's
+``ImproperlyConfigured`` and ``litegate.ConfigError``); a database file
+litegate cannot open (missing directory, a directory, no write access, a bad
+sidecar) is :class:`DatabaseOpenError` (Django's ``OperationalError`` and
+``litegate.OpenError``), with what to do.
+
 Django itself is imported only by ``litegate.django.base`` (which Django
 loads when a connection is made, and which the names above come from);
 importing this package needs no Django.
@@ -23,7 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GateTimeout", "ReadOnlyScopeError", "read_only"]
+__all__ = [
+    "DatabaseOpenError",
+    "GateTimeout",
+    "ReadOnlyScopeError",
+    "SettingsError",
+    "read_only",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,13 +11,14 @@ so Django's SQLite code paths and third-party apps see SQLite.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -26,11 +27,81 @@ from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 
 from .. import _profiles
-from .._errors import ConfigError, Error, WriteTimeout
+from .._database import _check_path as check_path
+from .._errors import ConfigError, Error, OpenError, WriteTimeout
 from .._gate import FileGate, drop_after_fork
 from .._statements import VACUUM, WRITE
 from .._statements import kind as statement_kind
 from .creation import DatabaseCreation
+
+T = TypeVar("T")
+
+
+class SettingsError(ImproperlyConfigured, ConfigError):
+    """A ``settings.DATABASES`` entry litegate.django cannot use: Django's
+    ``ImproperlyConfigured`` and :class:`litegate.ConfigError`."""
+
+
+class DatabaseOpenError(OperationalError, OpenError):
+    """The database file cannot be opened the way litegate needs it (a
+    missing directory, a directory, no write access, a bad sidecar): Django's
+    ``OperationalError`` (what Django reports for "unable to open database
+    file") and :class:`litegate.OpenError`, with litegate's message saying
+    what to do."""
+
+
+# OPTIONS keys: litegate's own, then what Django's SQLite backend takes
+# itself (from 5.1 on), then the keyword arguments it hands to
+# sqlite3.connect(). Anything else would reach sqlite3.connect() and fail
+# there with a TypeError about an unexpected keyword argument.
+_LITEGATE_OPTIONS = ("profile", "pragmas")
+_DJANGO_OPTIONS = (
+    ("transaction_mode", "init_command")
+    if hasattr(sqlite_base.DatabaseWrapper, "transaction_modes")
+    else ()
+)
+_SQLITE_OPTIONS = (
+    "timeout",
+    "detect_types",
+    "isolation_level",
+    "check_same_thread",
+    "factory",
+    "cached_statements",
+    "uri",
+)
+# sqlite3.connect() takes these, but they would break the gate: "database"
+# opens another file than NAME (the file the gate is for); "autocommit"
+# (Python 3.12) changes how sqlite3 opens transactions, and the gate
+# follows Django's.
+_REFUSED_OPTIONS = {
+    "database": "set the file with NAME; OPTIONS['database'] would open another file than "
+    "the one litegate's gate is for",
+    "autocommit": "litegate.django follows Django's own transaction handling (AUTOCOMMIT "
+    "and atomic()); sqlite3's autocommit= would open transactions the gate never sees",
+}
+ALLOWED_OPTIONS = (*_LITEGATE_OPTIONS, *_DJANGO_OPTIONS, *_SQLITE_OPTIONS)
+
+
+def _check_options(alias: str, options: object) -> dict[str, Any]:
+    where = f"settings.DATABASES[{alias!r}]['OPTIONS']"
+    if not isinstance(options, dict):
+        raise SettingsError(f"{where} must be a dict, got {options!r}")
+    for key in options:
+        if key in _REFUSED_OPTIONS:
+            raise SettingsError(f"{where}[{key!r}] is not allowed: {_REFUSED_OPTIONS[key]}")
+    unknown = [k for k in options if k not in ALLOWED_OPTIONS]
+    if unknown:
+        hints = [
+            f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+            for k in unknown
+            for close in [difflib.get_close_matches(str(k), ALLOWED_OPTIONS, n=1)]
+        ]
+        raise SettingsError(
+            f"{where} has unknown key(s) {', '.join(hints)}; litegate.django takes "
+            f"{', '.join(ALLOWED_OPTIONS)} (profile and pragmas are litegate's, the rest "
+            "Django's and sqlite3.connect()'s)"
+        )
+    return dict(options)
 
 
 class GateTimeout(OperationalError, WriteTimeout):
@@ -149,7 +220,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
 
     # -- settings ---------------------------------------------------------------
     def get_connection_params(self) -> dict[str, Any]:
-        options = dict(self.settings_dict["OPTIONS"])
+        options = _check_options(self.alias, self.settings_dict["OPTIONS"])
         profile = options.pop("profile", "default")
         overrides = options.pop("pragmas", None)
         timeout = options.get("timeout")  # also sqlite3's busy timeout for outside writers
@@ -162,9 +233,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         try:
             pragmas = _profiles.resolve(profile, overrides)
         except ConfigError as exc:
-            raise ImproperlyConfigured(
-                f"settings.DATABASES[{self.alias!r}]['OPTIONS']: {exc}"
-            ) from None
+            raise SettingsError(f"settings.DATABASES[{self.alias!r}]['OPTIONS']: {exc}") from None
         if timeout is None:
             timeout = int(pragmas.get("busy_timeout", 5000)) / 1000.0
         if (
@@ -173,7 +242,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             or not timeout > 0
             or math.isnan(timeout)
         ):
-            raise ImproperlyConfigured(
+            raise SettingsError(
                 f"settings.DATABASES[{self.alias!r}]['OPTIONS']['timeout'] must be a number "
                 f"of seconds greater than zero, got {timeout!r}"
             )
@@ -188,22 +257,36 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         return kwargs
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        name = str(self.settings_dict["NAME"])
+        in_memory = self.is_in_memory_db()
+        # as connect() names the file: symlinks resolved, one gate per file
+        path = os.path.realpath(os.path.abspath(name))
+        if not in_memory and not name.startswith("file:"):
+            # connect()'s checks, before sqlite3 says "unable to open database file"
+            self._litegate_open(lambda: check_path(path))
         conn = super().get_new_connection(conn_params)
-        if self.is_in_memory_db():
+        if in_memory:
             self.litegate_gate = None  # one connection, nobody to share with
             return conn
-        path = os.path.abspath(str(self.settings_dict["NAME"]))
         try:
             _profiles.apply(conn, self.litegate_pragmas, writer=True)
+            if self.litegate_gate is None:  # one use of the file's gate per open connection
+                self.litegate_gate = self._litegate_open(lambda: FileGate.open(path))
+                self.litegate_gate.checkpointer(
+                    every_commits=self._litegate_every, restart_frames=4 * self._litegate_every
+                )
         except Exception:
             conn.close()
             raise
-        if self.litegate_gate is None:  # one use of the file's gate per open connection
-            self.litegate_gate = FileGate.open(path)
-            self.litegate_gate.checkpointer(
-                every_commits=self._litegate_every, restart_frames=4 * self._litegate_every
-            )
         return conn
+
+    def _litegate_open(self, step: Callable[[], T]) -> T:
+        """``step()``, its :class:`litegate.OpenError` as Django's
+        OperationalError too (:class:`DatabaseOpenError`)."""
+        try:
+            return step()
+        except OpenError as exc:
+            raise DatabaseOpenError(f"database {self.alias!r}: {exc}") from None
 
     def create_cursor(self, name: str | None = None) -> Any:
         cursor = self.connection.cursor(factory=LitegateCursorWrapper)
@@ -292,4 +375,11 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
                 gate.close()
 
 
-__all__ = ["DatabaseWrapper", "GateTimeout", "ReadOnlyScopeError", "read_only"]
+__all__ = [
+    "DatabaseOpenError",
+    "DatabaseWrapper",
+    "GateTimeout",
+    "ReadOnlyScopeError",
+    "SettingsError",
+    "read_only",
+]

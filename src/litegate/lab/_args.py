@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 
 
@@ -21,8 +22,8 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    if not (value > 0 and math.isfinite(value)):  # nan and inf are no durations
+        raise argparse.ArgumentTypeError(f"must be a number greater than 0, got {text!r}")
     return value
 
 

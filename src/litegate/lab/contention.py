@@ -108,6 +108,7 @@ from litegate._busy import STRATEGIES, retry_busy
 
 from . import _stats
 from ._args import csv as _csv
+from ._args import positive_float
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
@@ -1285,14 +1286,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slow-seconds",
-        type=float,
+        type=positive_float,
         default=1.0,
         metavar="S",
         help="how long one slow query holds the lock (default 1.0)",
     )
     p.add_argument(
         "--child-timeout",
-        type=float,
+        type=positive_float,
         default=5.0,
         metavar="S",
         help="each child write gives up after this many seconds (default 5)",

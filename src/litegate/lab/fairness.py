@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import litegate
 
 from . import _stats
+from ._args import positive_float
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
 
@@ -650,14 +651,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--hold-ms",
-        type=float,
+        type=positive_float,
         default=10.0,
         metavar="MS",
         help="how long each request holds its connection (10)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=5.0,
         metavar="S",
         help="checkout timeout in seconds (5)",

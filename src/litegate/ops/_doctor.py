@@ -1,20 +1,37 @@
 """``litegate doctor PATH``: a report on a database file and who is using
-it, with what to do about anything that needs it. Read-only: the file is
-opened with ``mode=ro`` (no checkpoint, no WAL clean-up on close), the
-sidecar and the -shm file are only read, and the lock table comes from
-/proc."""
+it, with what to do about anything that needs it. Read-only, and it leaves
+nothing behind: a file nobody uses is read as immutable (no -wal or -shm
+created), one in use with ``mode=ro`` (no checkpoint, no WAL clean-up on
+close); the sidecar and the -shm file are only read, without dropping this
+process's locks (see ``_inspect.read_here``), and the lock table comes from
+/proc. Its verdict on the sidecar and on the path follows the rules
+``litegate.connect()`` applies."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import sqlite3
+import stat
 import time
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import quote
 
+from .._database import _check_path as check_path
+from .._errors import OpenError
+from .._files import SIDECAR, openers
 from .._profiles import PROFILES
-from ._inspect import gate_snapshot, sqlite_locks, wal_index
+from ._inspect import (
+    GateSnapshot,
+    Ticket,
+    gate_snapshot,
+    read_here,
+    sqlite_locks,
+    wal_index,
+)
 
 OK, WARN, ACTION = "ok", "warn", "action"
 
@@ -54,8 +71,9 @@ class Report:
         }
 
 
-class NotADatabase(Exception):
-    pass
+class NotADatabase(OpenError):
+    """The path is not a SQLite database (missing, not a file, or SQLite
+    says so): ``litegate doctor`` and ``litegate top`` exit 2."""
 
 
 def _size(path: str) -> int:
@@ -69,37 +87,133 @@ def _mib(n: int) -> str:
     return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n / 1024:.0f} KiB"
 
 
+_SQLITE_NOTADB = 26
+# Errors that say nothing about the file itself: another process has it
+# locked, or this one may not open or write what SQLite wanted (a hot
+# journal to roll back, a -shm to create), or the disk failed a read.
+# BUSY, LOCKED, READONLY, IOERR, CANTOPEN; any other error reading the
+# schema or pages means SQLite cannot use the file.
+_NOT_THE_FILE = (5, 6, 8, 10, 14)
+_PRAGMAS = ("page_size", "page_count", "freelist_count", "auto_vacuum", "user_version")
+
+
+def _not_a_file(path: str) -> str:
+    """Why ``path`` cannot be a database file ("" if it can)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist; check the path (the database file itself, not a folder)"
+    except (OSError, ValueError) as exc:
+        return f"{path} cannot be looked at ({exc}); check the path and its permissions"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is a directory; pass the database file in it"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a pipe, device or socket); pass a database file"
+    return ""
+
+
+def _untouched(path: str) -> tuple[int, ...] | None:
+    """The file's identity and age if it can be read as a lone file: no
+    process has it (or its -wal or -shm) open, its WAL holds no frames and
+    no rollback journal waits beside it. None otherwise."""
+    if os.path.lexists(path + "-journal") or _size(path + "-wal") > 0:
+        return None
+    if openers([path, path + "-wal", path + "-shm"]):  # this process included
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]:
+    """The file's PRAGMAs and its quick_check verdict, read on a connection
+    of our own. Raises :class:`NotADatabase` if SQLite says it is not one."""
+    uri = "file:" + quote(path, safe="/") + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+    pragmas: dict[str, Any] = {}
+    quick = "skipped"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=0.5)) as conn:
+            # a damaged file's text (quick_check's messages, names) need not be UTF-8
+            conn.text_factory = lambda b: b.decode("utf-8", "replace")
+            conn.execute("PRAGMA query_only = 1")
+            # immutable: SQLite reads the file as a lone snapshot and says
+            # "delete" whatever the header says; the header tells (below)
+            for name in _PRAGMAS if immutable else ("journal_mode", *_PRAGMAS):
+                pragmas[name] = conn.execute(f"PRAGMA {name}").fetchone()[0]
+            # the schema, which every connection reads first (a schema format
+            # SQLite does not know fails here, and connect() with it)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if check:
+                rows = conn.execute("PRAGMA quick_check(10)").fetchall()
+                quick = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
+    except sqlite3.DatabaseError as exc:
+        code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+        if code == _SQLITE_NOTADB:
+            raise NotADatabase(
+                f"{path} is not a SQLite database (SQLite says: {exc}); pass a SQLite file, "
+                "or restore the database from a backup if this was one"
+            ) from None
+        damaged = code not in _NOT_THE_FILE
+        quick = f"SQLite cannot read it: {exc}" if damaged else f"not run: {exc}"
+    except UnicodeDecodeError as exc:
+        # sqlite3 could not even decode SQLite's error message: a damaged
+        # schema ("malformed database schema (<bytes of the file>)")
+        quick = f"SQLite cannot read it: its schema holds bytes that are not text ({exc})"
+    return pragmas, quick
+
+
+def _read_database(path: str, check: bool) -> tuple[dict[str, Any], str]:
+    """Read the file without disturbing it. A file nobody is using, whose
+    WAL is empty, is all in its main file: it is read as immutable, so that
+    SQLite opens nothing beside it (opened the ordinary way, even read-only,
+    a WAL-mode file gets a -wal and -shm that stay after close, and SQLite
+    changes the mode of an empty -wal or -shm to the database's); if someone
+    started using it meanwhile, it is read again the ordinary way. A file in
+    use (or with frames to recover) is read with ``mode=ro`` and SQLite's
+    locks."""
+    before = _untouched(path)
+    if before is not None:
+        pragmas, quick = _read(path, check, immutable=True)
+        if _untouched(path) == before:
+            header = read_here(path, 20) or b""
+            wal = len(header) == 20 and header[18] == 2  # file format: 2 is WAL
+            return {"journal_mode": "wal" if wal else "delete", **pragmas}, quick
+    return _read(path, check, immutable=False)
+
+
+def _resolved(path: str) -> str:
+    """The path as connect() names the file (symlinks resolved: one file, one
+    gate and one set of -wal/-shm, whatever names it)."""
+    try:
+        return os.path.realpath(os.path.abspath(path))
+    except ValueError:  # a NUL in it: refused by _not_a_file, by that name
+        return os.path.abspath(path)
+
+
+def probe(path: str) -> str:
+    """The absolute path if it is a SQLite database litegate could open;
+    raises :class:`NotADatabase` (with the reason) otherwise. Reads as
+    little as it can, and disturbs nothing (as :func:`diagnose`)."""
+    path = _resolved(path)
+    why = _not_a_file(path)
+    if why:
+        raise NotADatabase(why)
+    _read_database(path, check=False)
+    return path
+
+
 def diagnose(path: str, *, check: bool = True) -> Report:
     """The report for ``path``. Raises :class:`NotADatabase` (with the
     reason) for a missing file or one that is not SQLite."""
-    path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        raise NotADatabase(f"{path} does not exist or is not a file")
-    with open(path, "rb") as f:
-        if f.read(16) != b"SQLite format 3\x00":
-            raise NotADatabase(f"{path} is not a SQLite database (its header says otherwise)")
+    path = _resolved(path)
+    why = _not_a_file(path)
+    if why:
+        raise NotADatabase(why)
     rep = Report(path)
-    uri = "file:" + path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-    with closing(sqlite3.connect(uri, uri=True, timeout=0.5)) as conn:
-        conn.execute("PRAGMA query_only = 1")
-        pragmas = {
-            name: conn.execute(f"PRAGMA {name}").fetchone()[0]
-            for name in (
-                "journal_mode",
-                "page_size",
-                "page_count",
-                "freelist_count",
-                "auto_vacuum",
-                "user_version",
-            )
-        }
-        quick = "skipped"
-        if check:
-            try:
-                rows = conn.execute("PRAGMA quick_check(10)").fetchall()
-                quick = "ok" if rows == [("ok",)] else "; ".join(r[0] for r in rows)
-            except sqlite3.OperationalError as exc:  # e.g. locked past the timeout
-                quick = f"not run: {exc}"
+    refused = _refused(path)  # before SQLite has opened anything
+    pragmas, quick = _read_database(path, check)
     wal = _size(path + "-wal")
     facts = rep.facts
     facts.update(pragmas)
@@ -110,8 +224,42 @@ def diagnose(path: str, *, check: bool = True) -> Report:
         quick_check=quick,
     )
     _file_findings(rep, pragmas, quick, wal)
+    if refused:
+        rep.findings.append(
+            Finding(
+                "open",
+                ACTION,
+                f"litegate.connect() refuses it as this user: {refused}",
+                reason="every litegate process (and litegate.django) opens it the same way",
+            )
+        )
     _lock_findings(rep)
     return rep
+
+
+def _refused(path: str) -> str:
+    """What connect() would say about the path and its companions as this
+    user ("" if nothing): the same checks, which only look."""
+    try:
+        check_path(path)
+    except OpenError as exc:
+        return str(exc)
+    return ""
+
+
+def _sh(path: str) -> str:
+    return shlex.quote(path)
+
+
+def _python(code: str) -> str:
+    """A shell command running ``code``, quoted for any path in it."""
+    return f"python -c {shlex.quote(code)}"
+
+
+def _py(path: str) -> str:
+    """``path`` as a Python string literal in double quotes (JSON's escapes
+    are Python's), so that the shell quoting around it stays readable."""
+    return json.dumps(path)
 
 
 def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None:
@@ -124,7 +272,7 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
                 "integrity",
                 WARN,
                 f"quick_check {quick}",
-                f"run again when the file is quieter: litegate doctor {path}",
+                f"run again when the file is quieter: litegate doctor {_sh(path)}",
             )
         )
     else:
@@ -133,10 +281,12 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
                 "integrity",
                 ACTION,
                 f"quick_check found damage: {quick}",
-                f"restore the latest backup, or salvage: sqlite3 {path} .recover > dump.sql",
+                f"restore the latest backup, or salvage: sqlite3 {_sh(path)} .recover > dump.sql",
                 "a damaged file can lose more data with every write",
             )
         )
+    if "journal_mode" not in p or "page_count" not in p:
+        return  # SQLite could not say (see integrity)
     mode = str(p["journal_mode"]).lower()
     want = str(PROFILES["default"]["journal_mode"]).lower()
     per_connection = ", ".join(
@@ -153,14 +303,23 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
     )
     if mode == want:
         add(Finding("journal mode", OK, f"journal_mode={mode}, as litegate's profiles want"))
+    elif _size(path) == 0:
+        add(
+            Finding(
+                "journal mode",
+                OK,
+                f"an empty file: a new database; litegate switches it to {want} when it first "
+                "opens it",
+            )
+        )
     else:
         add(
             Finding(
                 "journal mode",
                 ACTION,
                 f"journal_mode={mode}; litegate's profiles use {want}",
-                f'open it once with litegate (it switches the file): python -c "import '
-                f"litegate; litegate.connect('{path}').close()\"",
+                "open it once with litegate (it switches the file): "
+                + _python(f"import litegate; litegate.connect({_py(path)}).close()"),
                 "without WAL, readers and the writer block each other",
             )
         )
@@ -172,7 +331,7 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
                 "free pages",
                 WARN,
                 f"{_mib(free)} of {_mib(size)} is free pages",
-                f"python -c \"import litegate; print(litegate.connect('{path}').vacuum())\"",
+                _python(f"import litegate; print(litegate.connect({_py(path)}).vacuum())"),
                 "VACUUM returns them to the filesystem; it takes the write gate while it runs",
             )
         )
@@ -184,8 +343,10 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
                 "WAL size",
                 ACTION,
                 f"the WAL is {_mib(wal)} (the database is {_mib(size)})",
-                f'find the long reader (see the locks below), then python -c "import litegate; '
-                f"print(litegate.connect('{path}').checkpoint('TRUNCATE'))\"",
+                "find the long reader (see the locks below), then "
+                + _python(
+                    f'import litegate; print(litegate.connect({_py(path)}).checkpoint("TRUNCATE"))'
+                ),
                 "a WAL that keeps growing slows every read and fills the disk; a checkpoint "
                 "cannot pass a reader that keeps an old snapshot",
             )
@@ -237,35 +398,7 @@ def _lock_findings(rep: Report) -> None:
             )
     else:
         add(Finding("SQLite write lock", OK, "free"))
-    if not gate.sidecar:
-        add(Finding("litegate gate", OK, "no sidecar: no litegate process has opened the file"))
-    elif not gate.valid:
-        add(
-            Finding(
-                "litegate gate",
-                ACTION,
-                f"{path}-litegate is not a litegate lock file",
-                f"if no process uses the database: rm {path}-litegate",
-                "litegate cannot open the database while it is there",
-            )
-        )
-    else:
-        who = (
-            f"held by ticket {gate.holder.ticket} (pid {gate.holder.pid or '?'})"
-            + (f" for at least {held_for:g} s" if held_for else "")
-            if gate.holder
-            else "free"
-        )
-        waiting = ", ".join(f"{w.ticket} (pid {w.pid or '?'})" for w in gate.waiting)
-        add(
-            Finding(
-                "litegate gate",
-                WARN if held_for else OK,
-                f"{who}; {len(gate.waiting)} waiting"
-                + (f": {waiting}" if waiting else "")
-                + f"; {len(gate.pids)} process(es) have it open",
-            )
-        )
+    _gate_finding(rep, gate, held_for)
     if sl.reader_pids:
         add(Finding("readers", OK, f"pids {', '.join(map(str, sl.reader_pids))} hold read marks"))
     wi = wal_index(path)
@@ -273,13 +406,73 @@ def _lock_findings(rep: Report) -> None:
         rep.facts["wal_index"] = asdict(wi)
 
 
+def _sidecar_advice(sidecar: str, gate: GateSnapshot) -> str:
+    """How to get rid of a sidecar litegate cannot use, safely: a fresh one
+    is made on the next open, but removing one that processes still use
+    would give the file two gates."""
+    if gate.problem.startswith("is a directory"):
+        moved = _sh(sidecar + ".moved")
+        return f"move it away (litegate creates its file there): mv {_sh(sidecar)} {moved}"
+    if gate.problem.startswith("is read-only"):
+        return (
+            f"give this user write access (chmod g+w {_sh(sidecar)} for a shared group), or run "
+            "as the user that owns it"
+        )
+    using = gate.pids
+    first = (
+        f"stop the processes using the database (pids {', '.join(map(str, using))}), then "
+        if using
+        else "no process has it open: "
+    )
+    return first + f"rm {_sh(sidecar)} (litegate creates a fresh one on the next open)"
+
+
+def _ticket(t: Ticket) -> str:
+    return f"{t.ticket} (pid {t.pid or '?'})"
+
+
+def _gate_finding(rep: Report, gate: GateSnapshot, held_for: float) -> None:
+    sidecar = rep.path + SIDECAR
+    add = rep.findings.append
+    if not gate.sidecar:
+        add(Finding("litegate gate", OK, "no sidecar: no litegate process has opened the file"))
+        return
+    if not gate.valid:
+        add(
+            Finding(
+                "litegate gate",
+                ACTION,
+                f"{sidecar} {gate.problem}",
+                _sidecar_advice(sidecar, gate),
+                "litegate.connect() raises OpenError while it is there",
+            )
+        )
+        return
+    who = (
+        f"held (grant {gate.holder.ticket}, pid {gate.holder.pid or '?'})"
+        + (f" for at least {held_for:g} s" if held_for else "")
+        if gate.holder
+        else "free"
+    )
+    waiting = ", ".join(map(_ticket, gate.waiting))
+    detail = (
+        f"{who}; {len(gate.waiting)} waiting"
+        + (f": {waiting}" if waiting else "")
+        + f"; {len(gate.pids)} process(es) have it open"
+    )
+    for t in gate.dead:
+        # The kernel dropped their locks; the queue goes on without them.
+        detail += f"; ticket {t.ticket} died {t.state} (the queue moves past it)"
+    add(Finding("litegate gate", WARN if held_for else OK, detail))
+
+
 def render(rep: Report) -> str:
     f = rep.facts
     lines = [
         f"litegate doctor {rep.path}",
-        f"  journal_mode {f['journal_mode']}, page_size {f['page_size']}, "
-        f"{f['page_count']} pages ({_mib(f['file_bytes'])}), {f['freelist_count']} free, "
-        f"WAL {_mib(f['wal_bytes'])}",
+        f"  journal_mode {f.get('journal_mode', '?')}, page_size {f.get('page_size', '?')}, "
+        f"{f.get('page_count', '?')} pages ({_mib(f['file_bytes'])}), "
+        f"{f.get('freelist_count', '?')} free, WAL {_mib(f['wal_bytes'])}",
         "",
     ]
     marks = {OK: "ok    ", WARN: "warn  ", ACTION: "ACTION"}

@@ -1,16 +1,35 @@
 """Reading a database's live state without taking part in it: the kernel's
 lock table (``/proc/locks``, ``/proc/<pid>/fdinfo``), litegate's ticket
 table (the ``-litegate`` sidecar, read-only) and SQLite's WAL index header
-(the ``-shm`` file, read-only). Nothing here takes a lock or writes a byte.
-Linux only, as the gate itself."""
+(the ``-shm`` file, read-only). Nothing here takes a lock or writes a byte,
+and nothing drops one: see :func:`read_here`. Linux only, as the gate
+itself."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 
-from .._filelock import is_gate_lock, read_counters, read_queue, slot_of_lock
+# _MAGIC, _OLD_MAGIC, _SIZE, _GATE, _SLOT_LOCK_BASE, _TICKET_LIMIT: what
+# connect() accepts as a lock file and where its locks sit, beyond
+# read_queue() and read_counters(); private names of _filelock until it has
+# a named seam for them (issue 17's report).
+from .._filelock import (
+    _GATE,
+    _MAGIC,
+    _OLD_MAGIC,
+    _SIZE,
+    _SLOT_LOCK_BASE,
+    _TICKET_LIMIT,
+    is_gate_lock,
+    read_counters,
+    read_queue,
+    slot_of_lock,
+)
+from .._files import SIDECAR
 
 # SQLite's locks (os_unix.c, wal.c): in WAL mode, byte 120 of the -shm file
 # is the write lock, 121 the checkpointer's, 123..127 the read marks; in
@@ -122,6 +141,7 @@ class Ticket:
     ticket: int  # a waiter's ticket; for the holder, the number of its grant
     state: str
     pid: int | None  # the process whose open sidecar holds the lock
+    alive: bool = True  # its lock is held: the process that took it is still there
 
 
 @dataclass
@@ -129,28 +149,32 @@ class GateSnapshot:
     """litegate's cross-process queue for one file, as the sidecar and the
     kernel show it."""
 
-    sidecar: bool  # the -litegate file exists
-    valid: bool  # and is a litegate lock file
+    sidecar: bool  # the -litegate file (or something by that name) exists
+    valid: bool  # and litegate can use it: connect() opens it
+    problem: str = ""  # why connect() refuses it, when not valid
     next_ticket: int = 0
     grants: int = 0  # grants of the gate across processes so far
-    holder: Ticket | None = None
-    waiting: list[Ticket] = field(default_factory=list)
+    holder: Ticket | None = None  # a live holder
+    waiting: list[Ticket] = field(default_factory=list)  # live sleepers, in ticket order
+    dead: list[Ticket] = field(default_factory=list)  # died asleep in the queue: passed over
     pids: list[int] = field(default_factory=list)  # processes with the sidecar open
 
 
 _GATE_SLOT = -1  # the key of the gate lock's holder in _slot_owners
 
 
-def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
+def _slot_owners(sidecar: str, own_fd: int = -1) -> tuple[dict[int, int], list[int]]:
     """slot -> pid holding that slot's lock (key -1: the gate lock), and
     every pid with the sidecar open (from /proc/<pid>/fd and fdinfo;
-    processes this user may read)."""
+    processes this user may read), but for this process's ``own_fd`` (the
+    one we read the table through)."""
     ident = _ident(sidecar)
     owners: dict[int, int] = {}
     pids: set[int] = set()
     if ident is None:
         return owners, []
     real = os.path.realpath(sidecar)
+    me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -160,6 +184,8 @@ def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
         except OSError:
             continue
         for fd in fds:
+            if pid == me and fd == str(own_fd):
+                continue
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") != real:
                     continue
@@ -179,25 +205,179 @@ def _slot_owners(sidecar: str) -> tuple[dict[int, int], list[int]]:
     return owners, sorted(pids)
 
 
-def gate_snapshot(path: str) -> GateSnapshot:
-    sidecar = path + "-litegate"
+_GETLK: int = fcntl.F_OFD_GETLK  # type: ignore[attr-defined,unused-ignore]
+_LOCK = struct.Struct("hhqqixxxx")  # struct flock
+
+
+def _locked(fd: int, offset: int, length: int = 1) -> bool:
+    """Whether anyone holds a lock on ``length`` bytes at ``offset`` (0: to
+    the end): F_OFD_GETLK only asks the kernel (it takes nothing, and sees
+    every process's locks, whoever owns them). True when it will not say."""
+    ask = _LOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, length, 0)
     try:
-        table = read_queue(sidecar)
+        answer = fcntl.fcntl(fd, _GETLK, ask)
     except OSError:
-        return GateSnapshot(sidecar=False, valid=False)
-    if table is None:
-        return GateSnapshot(sidecar=True, valid=False)
-    nxt, live = table
-    counters = read_counters(sidecar) or {}
-    owners, pids = _slot_owners(sidecar)
+        return True
+    return int(_LOCK.unpack(answer)[0]) != fcntl.F_UNLCK
+
+
+def _unusable(sidecar: str) -> str:
+    """Why connect() could not open ``sidecar`` as its lock file ("" if it
+    could), from what the path is: the gate's rules (a directory, or
+    anything but a regular file, is refused) and connect()'s (every process
+    that opens the database writes it)."""
+    try:
+        st = os.stat(sidecar)
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory, not litegate's lock file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a pipe, device or socket), not litegate's lock file"
+    if not os.access(sidecar, os.R_OK | os.W_OK):
+        return "is read-only for this user, and every process that writes needs to write it"
+    return ""
+
+
+def _grants(fd: int) -> int:
+    """The lock file's grant counter (read_counters' "grants", from ``fd``)."""
+    return int.from_bytes(os.pread(fd, 8, 16).ljust(8, b"\0"), "little")
+
+
+def gate_snapshot(path: str) -> GateSnapshot:
+    sidecar = path + SIDECAR
+    if not os.path.lexists(sidecar):
+        return GateSnapshot(sidecar=False, valid=False)  # connect() creates it
+    if not os.path.exists(sidecar):
+        return GateSnapshot(
+            sidecar=True,
+            valid=False,
+            problem=f"is a symlink to {os.path.realpath(sidecar)}, which does not exist "
+            "(litegate does not create its lock file through a symlink)",
+        )
+    problem = _unusable(sidecar)
+    if problem:
+        return GateSnapshot(sidecar=True, valid=False, problem=problem)
+    try:
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return GateSnapshot(sidecar=True, valid=False, problem=f"cannot be read ({exc.strerror})")
+    try:
+        return _snapshot(sidecar, fd)
+    finally:
+        os.close(fd)  # the gate's locks are OFD locks: closing this drops none of them
+
+
+def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
+    owners, pids = _slot_owners(sidecar, fd)
+    head = os.pread(fd, 16, 0).ljust(16, b"\0")
+    magic = head[:8]
+    nxt = int.from_bytes(head[8:16], "little")
+    # connect()'s rules (_filelock's _map_table): a blank or short file is
+    # filled in, an older litegate's is set up anew if nobody has it locked;
+    # other first bytes, or a counter no writer could have reached, and it
+    # refuses the file.
+    problem = ""
+    if magic == _OLD_MAGIC:
+        if _locked(fd, 1, 0):
+            problem = (
+                "is an older litegate's lock file (format 1), and a process of that litegate "
+                "has the database open"
+            )
+        else:
+            return GateSnapshot(sidecar=True, valid=True, pids=pids)  # set up anew on open
+    elif magic not in (_MAGIC, bytes(8)):
+        problem = f"is not a litegate lock file (its first bytes are {magic!r})"
+    elif nxt >= _TICKET_LIMIT:
+        problem = (
+            f"is damaged: its ticket counter reads {nxt}, which litegate never writes (it "
+            "grows by one a wait)"
+        )
+    elif magic == _MAGIC and (grants := _grants(fd)) >= _TICKET_LIMIT:
+        # connect() opens it, but every grant would overflow the counter
+        problem = (
+            f"is damaged: its grant counter reads {grants}, which litegate never writes (it "
+            "grows by one a write transaction); writes through the gate fail"
+        )
+    if problem:
+        return GateSnapshot(sidecar=True, valid=False, problem=problem, pids=pids)
+    counters = (read_counters(sidecar) if magic == _MAGIC else None) or {}
     grants = int(counters.get("grants", 0))
     snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, grants=grants, pids=pids)
-    holder = owners.get(_GATE_SLOT)
-    if holder is not None:  # the kernel says who holds the gate lock, right now
-        snap.holder = Ticket(grants, "holding", holder)
-    for t, slot, state in live:
-        snap.waiting.append(Ticket(t, state, owners.get(slot)))
+    # The kernel says whether the gate is held, right now: a holder that died
+    # lost its lock with its life, and the gate is free (nothing else to say).
+    if _locked(fd, _GATE):
+        snap.holder = Ticket(grants, "holding", owners.get(_GATE_SLOT))
+    table = read_queue(sidecar) if magic == _MAGIC and os.fstat(fd).st_size >= _SIZE else None
+    if table is None:
+        return snap  # no tickets yet
+    found = [
+        Ticket(t, state, owners.get(slot), _locked(fd, _SLOT_LOCK_BASE + slot))
+        for t, slot, state in table[1]
+    ]
+    if not all(t.alive for t in found):
+        # No lock on a ticket still in the queue: its process died, unless it
+        # just left (its record first, its lock last): look again.
+        again = read_queue(sidecar)
+        still = set() if again is None else {(t, state) for t, _slot, state in again[1]}
+        found = [t for t in found if t.alive or (t.ticket, t.state) in still]
+    for t in found:
+        (snap.waiting if t.alive else snap.dead).append(t)
     return snap
+
+
+def _fd_here(ident: tuple[int, int]) -> int | None:
+    """A descriptor this process already has open on the file ``ident``
+    (st_dev, st_ino), if any."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:  # pragma: no cover - no /proc
+        return None
+    for name in fds:
+        try:
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == ident:
+            return int(name)
+    return None
+
+
+def read_here(path: str, size: int, offset: int = 0) -> bytes | None:
+    """``size`` bytes of ``path`` from ``offset``, read without disturbing
+    this process's locks on it. Closing any descriptor of a file drops every
+    POSIX lock the process holds on it: SQLite's locks, if this process has
+    the database open (then ``litegate doctor``'s own reads would let
+    another process checkpoint under a live reader, or delete a WAL in
+    use). So a descriptor the process already has is read from when there
+    is one, and a new one opened (and closed) only when there is none. None
+    if the file cannot be read."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    ident = (st.st_dev, st.st_ino)
+    fd = _fd_here(ident)
+    if fd is not None:
+        try:
+            data = os.pread(fd, size, offset)
+            again = os.fstat(fd)
+        except OSError:
+            return None
+        # the descriptor may have been closed, and its number reused, meanwhile
+        return data if (again.st_dev, again.st_ino) == ident else None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.pread(fd, size, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -213,15 +393,8 @@ class WalIndex:
 
 
 def wal_index(path: str) -> WalIndex | None:
-    try:
-        fd = os.open(path + "-shm", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        head = os.pread(fd, 136, 0)
-    finally:
-        os.close(fd)
-    if len(head) < 100:
+    head = read_here(path + "-shm", 136)
+    if head is None or len(head) < 100:
         return None
     version, _unused, change, init, _big, szpage, mxframe = struct.unpack_from("=IIIBBHI", head, 0)
     if not init or version != 3007000:

@@ -83,7 +83,7 @@ def render(view: View) -> Any:
     if not g.sidecar:
         t.add_row("gate", "no litegate process has opened this file")
     elif not g.valid:
-        t.add_row("gate", "the -litegate sidecar is not a litegate lock file")
+        t.add_row("gate", f"the -litegate sidecar {g.problem}: litegate doctor says what to do")
     else:
         if g.holder is not None:
             since = view.held_since.get(g.holder.ticket, s.at)
@@ -99,6 +99,8 @@ def render(view: View) -> Any:
         waiting = " ".join(f"{w.pid or '?'}" for w in g.waiting) or "-"
         t.add_row("queue", f"{len(g.waiting)} waiting  (pids {waiting})")
         t.add_row("processes", " ".join(map(str, g.pids)) or "-")
+        if g.dead:
+            t.add_row("died", " ".join(f"pid {d.pid or '?'} ({d.state})" for d in g.dead))
         t.add_row("gate turns/s", f"{view.grants_per_s:,.0f}")
     lk = s.locks
     t.add_row("SQLite writer", " ".join(map(str, lk.writer_pids)) or "free")
@@ -121,7 +123,7 @@ def run(path: str, *, interval: float = 0.5, iterations: int | None = None) -> i
     from rich.console import Console
     from rich.live import Live
 
-    path = os.path.abspath(path)
+    path = os.path.realpath(os.path.abspath(path))  # as connect() names it
     view = View(path)
     console = Console()
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None

@@ -342,3 +342,92 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         s.settimeout(30)
         s.connect(self._path)
         self.sock = s
+
+
+# -- settings litegate.django cannot use (issue 17, defect 16) -------------------
+
+
+def wrapper_for(name: str, options: object) -> Any:
+    """A litegate.django connection of its own (alias "misuse"), not in
+    Django's settings."""
+    from django.db.utils import ConnectionHandler
+
+    handler = ConnectionHandler(
+        {
+            "default": {"ENGINE": "django.db.backends.dummy"},  # never opened
+            "misuse": {"ENGINE": "litegate.django", "NAME": name, "OPTIONS": options},
+        }
+    )
+    return handler["misuse"]
+
+
+def test_an_unknown_options_key_is_a_typed_error_naming_the_allowed_ones(tmp_path: Any) -> None:
+    """It reached sqlite3.connect(): TypeError: 'timout' is an invalid
+    keyword argument."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from litegate.django import SettingsError
+
+    path = str(tmp_path / "x.db")
+    conn = wrapper_for(path, {"timout": 5, "bogus": 1})
+    with pytest.raises(SettingsError) as info:
+        conn.ensure_connection()
+    assert isinstance(info.value, ImproperlyConfigured)
+    assert isinstance(info.value, litegate.ConfigError)
+    message = str(info.value)
+    assert "settings.DATABASES['misuse']['OPTIONS'] has unknown key(s)" in message
+    assert "'timout' (did you mean 'timeout'?), 'bogus'" in message
+    assert "takes profile, pragmas," in message
+    assert not os.path.exists(path)  # refused before anything was opened
+    for key in ("database", "autocommit"):
+        with pytest.raises(SettingsError, match=rf"\[{key!r}\] is not allowed"):
+            wrapper_for(path, {key: True}).ensure_connection()
+    with pytest.raises(SettingsError, match="must be a dict"):
+        wrapper_for(path, [("timeout", 5)]).ensure_connection()
+
+
+def test_the_allowed_options_still_work(tmp_path: Any) -> None:
+    path = str(tmp_path / "x.db")
+    options: dict[str, Any] = {
+        "profile": "default",
+        "pragmas": {"cache_size": -1000},
+        "timeout": 5,
+        "cached_statements": 16,
+        "detect_types": 0,
+    }
+    if hasattr(connection, "transaction_modes"):  # Django >= 5.1
+        options.update(transaction_mode="IMMEDIATE", init_command="PRAGMA temp_store = MEMORY")
+    conn = wrapper_for(path, options)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (x)")
+            cur.execute("INSERT INTO t VALUES (1)")
+            cur.execute("PRAGMA cache_size")
+            assert cur.fetchone() == (-1000,)
+    finally:
+        conn.close()
+    with closing(sqlite3.connect(path)) as check:
+        assert check.execute("SELECT x FROM t").fetchall() == [(1,)]
+
+
+def test_a_missing_directory_is_litegates_open_error_and_djangos(tmp_path: Any) -> None:
+    """It was Django's "unable to open database file"."""
+    from litegate.django import DatabaseOpenError
+
+    missing = str(tmp_path / "nope" / "x.db")
+    with pytest.raises(DatabaseOpenError) as info:
+        wrapper_for(missing, {}).ensure_connection()
+    assert isinstance(info.value, OperationalError)
+    assert isinstance(info.value, litegate.OpenError)
+    assert "database 'misuse': directory" in str(info.value)
+    assert "does not exist; create it first" in str(info.value)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(DatabaseOpenError, match="is a directory; pass the path of a database"):
+        wrapper_for(str(folder), {}).ensure_connection()
+    path = str(tmp_path / "x.db")
+    os.mkdir(path + "-litegate")
+    conn = wrapper_for(path, {})
+    with pytest.raises(DatabaseOpenError, match="-litegate' is a directory"):
+        conn.ensure_connection()
+    assert conn.connection is None  # nothing left open

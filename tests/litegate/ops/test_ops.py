@@ -62,7 +62,10 @@ def test_a_huge_wal_and_a_rollback_journal_need_action(
         code, text = doctor(path, capsys)  # the connection is open: the WAL stays
     assert code == 1, text
     assert "[ACTION] WAL size: the WAL is" in text
-    assert "checkpoint('TRUNCATE')" in text
+    assert (
+        f"""python -c 'import litegate; print(litegate.connect("{path}").checkpoint("TRUNCATE"))'"""
+        in text
+    )
     rollback = str(tmp_path / "old.db")
     with closing(sqlite3.connect(rollback)) as conn:
         conn.execute("CREATE TABLE t (x)")
@@ -130,7 +133,7 @@ def test_doctor_names_the_process_holding_the_gate_and_for_how_long(
     finally:
         proc.communicate("go\n", timeout=30)
     assert re.search(
-        rf"\[warn  \] litegate gate: held by ticket \d+ \(pid {proc.pid}\) for at least", text
+        rf"\[warn  \] litegate gate: held \(grant \d+, pid {proc.pid}\) for at least", text
     ), text
     assert f"SQLite write lock: held by pid {proc.pid} (the gate's holder)" in text
     assert status == 0
