@@ -302,7 +302,8 @@ class Database:
                 )
             # from here on, user code cannot end litegate's transactions
             conn.guard_now(state.writer_pragmas)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            # (sqlite3 decodes SQLite's message, which quotes a damaged schema)
             close_connection(conn)
             raise self._open_error(exc) from exc
         except BaseException:
@@ -326,6 +327,9 @@ class Database:
         try:
             in_force = _profiles.apply(conn, {**self._pragmas, "query_only": 1}, writer=False)
             conn.guard_now()
+        except UnicodeDecodeError as exc:
+            conn.close()
+            raise self._open_error(exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -334,7 +338,7 @@ class Database:
         state.connections.append(conn)
         return conn
 
-    def _open_error(self, exc: sqlite3.Error) -> OpenError:
+    def _open_error(self, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
         code = _errcode(exc)
         if code == _SQLITE_NOTADB:
             return OpenError(
@@ -346,7 +350,10 @@ class Database:
                 f"{self.path!r} is read-only for this process ({exc}); litegate needs write "
                 "access to the file and to its -wal, -shm and -litegate companions"
             )
-        return OpenError(f"cannot open {self.path!r}: {exc}")
+        return OpenError(
+            f"cannot open {self.path!r}: {exc}; run litegate doctor {self.path!r} to see what "
+            "is wrong with it, and restore it from a backup if SQLite cannot read it"
+        )
 
     # -- writing ----------------------------------------------------------
     def write(self, timeout: float | None = None) -> _WriteBlock:

@@ -45,6 +45,7 @@ import fcntl
 import math
 import mmap
 import os
+import stat
 import queue
 import struct
 import threading
@@ -103,6 +104,21 @@ _SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)
 # the whole file: only a lock file nobody uses can be set up anew
 _ALL_LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
 _ALL_UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0)
+
+
+def table_problem(head: bytes) -> str | None:
+    """What makes a lock file of this format unusable (connect refuses it),
+    from its first bytes; None if nothing does. No writer takes 2**62
+    tickets or grants: a counter at or past that is damage (and would make
+    every grant fail)."""
+    head = head.ljust(_HEADER, b"\0")
+    if head[:8] not in (_MAGIC, b"\0" * 8):
+        return f"its first bytes are {bytes(head[:8])!r}, not litegate's"
+    for what, offset in (("ticket", _H_NEXT), ("grant", _H_GRANTS)):
+        n = _U64.unpack_from(head, offset)[0]
+        if n >= _TICKET_LIMIT:
+            return f"its {what} counter reads {n}, which litegate never writes"
+    return None
 
 
 def _bump(table: mmap.mmap, offset: int) -> None:
@@ -192,7 +208,11 @@ def _open_like(path: str, like: str | None) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except FileExistsError:
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)  # (a fifo must not block)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError("it is not a regular file") from None
+        return fd
     if like is not None:
         try:
             st = os.stat(like)
@@ -255,10 +275,10 @@ class ProcessLock:
             elif magic != _MAGIC:
                 table.close()
                 raise OSError(f"its first bytes are {bytes(magic)!r}, not litegate's")
-            nxt = _U64.unpack_from(table, _H_NEXT)[0]
-            if nxt >= _TICKET_LIMIT:  # no writer takes 2**62 tickets: a damaged file
+            problem = table_problem(table[:_HEADER])
+            if problem is not None:
                 table.close()
-                raise OSError(f"its ticket counter reads {nxt}, which litegate never writes")
+                raise OSError(problem)
             return table
         finally:
             fcntl.fcntl(self._fd, _SETLK, _MUTEX_UNLOCK)

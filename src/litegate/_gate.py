@@ -193,6 +193,11 @@ class FileGate:
                 f"{sidecar!r} is a directory, not litegate's lock file; move it away (litegate "
                 "creates the file itself)"
             ) from None
+        except FileNotFoundError:  # it exists as a name: a symlink to nothing
+            raise OpenError(
+                f"{sidecar!r} is a symlink to a file that does not exist, not litegate's lock "
+                f"file; remove it (rm {sidecar!r}; litegate creates the file itself)"
+            ) from None
         except PermissionError as exc:
             raise OpenError(
                 f"cannot open litegate's lock file {sidecar!r} for reading and writing ({exc}); "
@@ -207,8 +212,8 @@ class FileGate:
                 ) from None
             if exc.errno is None:  # ours: the file is not a litegate lock file
                 raise OpenError(
-                    f"{sidecar!r} is not a litegate lock file ({exc}); if no process uses the "
-                    "database, remove it (litegate creates it again)"
+                    f"{sidecar!r} is not a litegate lock file ({exc}); if no process "
+                    f"uses the database, remove it (rm {sidecar!r}; litegate creates it again)"
                 ) from None
             raise OpenError(f"cannot open litegate's lock file {sidecar!r}: {exc}") from None
 

@@ -362,3 +362,24 @@ def test_a_lone_statement_runs_in_autocommit_and_is_counted(db: litegate.Databas
     assert many[-1] == _guard.COMMIT
     assert db.stats()["writes"]["committed"] == before + 2
     assert db.query("SELECT v FROM t ORDER BY id") == [(1,), (2,), (3,)]
+
+
+def test_a_member_that_fails_part_way_leaves_nothing(gdb: litegate.Database) -> None:
+    """No SAVEPOINT around a plain statement: SQLite undoes a failing one by
+    itself, except ON CONFLICT FAIL, which keeps the rows before the failing
+    one. Then the batch starts over without it: its first row is not
+    committed, and its mates are."""
+    r = run_as_one_batch(
+        gdb,
+        [
+            lambda: gdb.execute("INSERT INTO t(v) VALUES ('a')"),
+            lambda: gdb.execute("INSERT OR FAIL INTO t(v) VALUES ('partial'), (NULL)"),
+            lambda: gdb.execute("INSERT INTO t(v) VALUES ('c')"),
+            lambda: gdb.execute("INSERT INTO t(v) VALUES (NULL)"),  # plain ABORT: undone alone
+            lambda: gdb.execute("INSERT INTO t(v) VALUES ('e')"),
+        ],
+    )
+    assert isinstance(r[1], sqlite3.IntegrityError)
+    assert isinstance(r[3], sqlite3.IntegrityError)
+    assert values(gdb) == ["a", "c", "e"]
+    assert gdb.stats()["writes"]["group_commit"]["max"] == 3

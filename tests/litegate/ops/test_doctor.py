@@ -189,13 +189,6 @@ def test_a_damaged_grant_counter_needs_action(
     writes(db_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=struct.error,
-    reason="the gate (_filelock, the lead's) adds 1 to the grant counter (bytes 16..24) "
-    "without a bound, and _map_table checks only the ticket counter: struct.error on every "
-    "write; it should refuse the file at open as for the ticket counter",
-)
 def test_a_grant_counter_at_its_end_is_a_typed_error(db_path: str) -> None:
     made(db_path)
     with open(db_path + "-litegate", "r+b") as f:
@@ -227,11 +220,6 @@ def test_the_advice_names_the_processes_to_stop_first(
     assert f"stop the processes using the database (pids {os.getpid()}), then rm" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connect's OpenError for a damaged file (the core's _open_error, the lead's) says "
-    "'cannot open X: database disk image is malformed' and nothing about what to do",
-)
 def test_connect_on_a_damaged_file_says_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "damaged.db"
     path.write_bytes(b"SQLite format 3\x00\x02\x00\x00\x00\x00@  ")  # found by the property suite
@@ -240,12 +228,6 @@ def test_connect_on_a_damaged_file_says_what_to_do(tmp_path: Path) -> None:
     assert "litegate doctor" in str(info.value) or "backup" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connect's OpenError for a sidecar that is a symlink to nothing (the core's "
-    "FileGate._new fallback, the lead's) says 'cannot open litegate's lock file X: [Errno 2] "
-    "No such file or directory' and nothing about what to do",
-)
 def test_connect_with_a_dangling_sidecar_symlink_says_what_to_do(db_path: str) -> None:
     made(db_path)
     os.remove(db_path + "-litegate")
@@ -255,13 +237,6 @@ def test_connect_with_a_dangling_sidecar_symlink_says_what_to_do(db_path: str) -
     assert "rm " in str(info.value) or "remove" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="connect() on a file whose schema is damaged into bytes that are not UTF-8 lets "
-    "sqlite3's UnicodeDecodeError out (it decodes SQLite's error message); the core's "
-    "_open_writer (the lead's) should make it an OpenError",
-)
 def test_connect_on_a_schema_that_is_not_text_is_an_open_error(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
     made(str(path))
