@@ -45,8 +45,8 @@ import fcntl
 import math
 import mmap
 import os
-import stat
 import queue
+import stat
 import struct
 import threading
 import time

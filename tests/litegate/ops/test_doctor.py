@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import sqlite3
-import struct
 import subprocess
 import sys
 from contextlib import closing
