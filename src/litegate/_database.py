@@ -44,6 +44,8 @@ from ._guard import (
 )
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PragmaValue
+from ._statements import TX
+from ._statements import kind as statement_kind
 from ._stats import WaitHistogram
 from ._time import seconds
 
@@ -131,6 +133,9 @@ def _policy_name(fair: object) -> str:
     return {True: "bounded", False: "unfair", "strict": "strict"}.get(fair, "?")
 
 
+# Statements db.query() has seen that open no transaction: a memo, so the
+# uncontended read checks a repeated statement with one look-up.
+_READS: dict[str, bool] = {}
 # SQL that db.execute() runs as it is (not refused): a memo, so the lone
 # writer's path checks a repeated statement with one dictionary look-up.
 _PLAIN: dict[str, bool] = {}
@@ -692,6 +697,23 @@ class Database:
 
     def query(self, sql: str, params: Params = (), *, timeout: float | None = None) -> list[Any]:
         """Run one read statement on a pooled read-only connection; return all rows."""
+        state = self._state
+        if state is not None and timeout is None and not self._closed and sql in _READS:
+            conn = state.pool.take_idle()
+            if conn is not None:
+                # The uncontended path: a free connection, a statement that
+                # opens no transaction (so nothing to roll back after it), and
+                # no owner to note (fork safety: it is back before we return).
+                try:
+                    return conn.execute(sql, params).fetchall()
+                except sqlite3.DatabaseError as exc:
+                    if _is_read_only(exc):
+                        raise _read_only(exc, conn) from exc
+                    raise
+                finally:
+                    state.pool.put(conn)
+        elif sql not in _READS and statement_kind(sql) != TX and len(_READS) < 4096:
+            _READS[sql] = True  # (a statement that opens no transaction: the fast path next time)
         state, conn = self._checkout(timeout)
         return self._query_on(state, conn, sql, params)
 
