@@ -28,7 +28,6 @@ Outcomes:
 from __future__ import annotations
 
 import contextlib
-import inspect
 import sqlite3
 import threading
 import time
@@ -393,11 +392,12 @@ class GroupCommit:
     def _execute(conn: WriterConnection, r: Request) -> None:
         if r.fn is not None:
             value = r.fn(conn)
-            if inspect.isawaitable(value):
+            if hasattr(value, "__await__"):
                 # An async def fn (caught up front when it can be): it did not
                 # run, and it never will on this thread.
-                if inspect.iscoroutine(value):
-                    value.close()
+                close = getattr(value, "close", None)
+                if callable(close):  # a coroutine: closed, so no "never awaited" warning
+                    close()
                 raise ConfigError(
                     "db.transact() got a function that returned an awaitable: it runs fn "
                     "synchronously on litegate's thread and cannot await it. Pass a plain "

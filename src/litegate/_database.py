@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import os
 import sqlite3
@@ -893,6 +892,8 @@ def check_transact_fn(fn: object) -> None:
     """``db.transact(fn)`` runs ``fn(conn)`` synchronously on a litegate thread:
     refuse what could never run there, before it is queued."""
     target = fn.func if isinstance(fn, functools.partial) else fn
+    import inspect  # (here: a module the core's import need not pay for)
+
     if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
         getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
     ):

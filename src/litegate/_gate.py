@@ -21,7 +21,6 @@ if it was idle.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -30,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from . import _grantlog
 from ._checkpoint import Checkpointer
@@ -37,6 +37,9 @@ from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, QUEUED, Budget, FairLock, QueueClosed
 from ._filelock import ProcessLock
 from ._guard import close_connection
+
+if TYPE_CHECKING:
+    import asyncio
 
 _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
@@ -389,6 +392,8 @@ class FileGate:
         The owner is the loop's thread, so a blocking :meth:`acquire` from
         that thread (which would stall the loop that must release the gate)
         raises :class:`NestedWriteError` instead of hanging."""
+        import asyncio  # (here: importing asyncio costs every user of the core)
+
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         q = self.lock.queue
