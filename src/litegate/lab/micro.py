@@ -73,7 +73,7 @@ from typing import Any
 import litegate
 import litegate.aio
 
-from . import _writers
+from . import _profile, _writers
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
@@ -507,6 +507,8 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
         steps += cfg.runs
     if "processes" in cfg.parts:
         steps += cfg.runs * len(cfg.procs) * len(cfg.proc_sides)
+    if "profile" in cfg.parts:
+        steps += 1
     progress.total = float(steps)
     runs: list[dict[str, Any]] = []
     for run_no in range(1, cfg.runs + 1):
@@ -555,6 +557,10 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
         "runs": runs,
         "sides": [n for n, _ in sides],
     }
+    if "profile" in cfg.parts:
+        progress.describe("profile: opcodes and cProfile per workload")
+        result["profile"] = _profile.run(_litegate_ops, _setup, WORKLOADS, cfg.ops)
+        progress.advance()
     if "tail" in cfg.parts:
         progress.describe(f"single-insert tail, {cfg.tail_inserts:,} inserts")
         result["tail"] = run_tail(cfg.tail_inserts, cfg.warmup)
@@ -714,6 +720,9 @@ def render(result: dict[str, Any]) -> str:
     if "processes" in summary:
         parts.append("")
         parts.append(_render_processes(summary["processes"], what, runs))
+    if "profile" in result:
+        parts.append("")
+        parts.append(_profile.render(result["profile"]))
     return "\n".join(parts)
 
 
@@ -824,9 +833,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--only",
-        choices=("latency", "throughput", "tail", "handoff", "processes"),
+        choices=("latency", "throughput", "tail", "handoff", "processes", "profile"),
         action="append",
         help="run only this part (repeatable)",
+    )
+    g.add_argument(
+        "--profile",
+        action="store_true",
+        help="where each workload's call goes: Python opcodes per function (exact) and "
+        "cProfile's time per function (same as --only profile)",
     )
     g.add_argument(
         "--tail-inserts",
@@ -858,8 +873,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
             parse_setting(side)  # fail early on a malformed setting
         cfg.compare = (args.compare[0], args.compare[1])
         cfg.parts = ("latency",)
-    if args.only:
-        cfg.parts = tuple(dict.fromkeys(args.only))
+    only = list(args.only or [])
+    if getattr(args, "profile", False):
+        only.append("profile")
+    if only:
+        cfg.parts = tuple(dict.fromkeys(only))
         if cfg.compare and cfg.parts != ("latency",):
             raise ValueError("--compare measures latency only; drop --only or pick latency")
     return cfg

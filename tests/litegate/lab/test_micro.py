@@ -113,6 +113,20 @@ def test_processes_part_runs_every_side() -> None:
     assert "targets for bounded" in text
 
 
+def test_profile_counts_opcodes_per_call_and_names_the_functions() -> None:
+    cfg = micro.config_from_args(_args(profile=True, ops=200))
+    assert cfg.parts == ("profile",)
+    result = micro.run(cfg)
+    prof = result["profile"]
+    assert set(prof) == set(micro.WORKLOADS)
+    for p in prof.values():
+        assert p["opcodes_per_call"] > 0
+        assert abs(sum(p["opcodes"].values()) - p["opcodes_per_call"]) < 1e-6
+        assert any("execute" in site or "query" in site for site in p["time"])
+    assert any(site.startswith("_database.py:") for site in prof["noop_execute"]["opcodes"])
+    assert "opcodes per call" in micro.render(result)
+
+
 def test_jain_and_rsd() -> None:
     assert _writers.jain([5, 5, 5, 5]) == 1.0
     assert _writers.jain([10, 0, 0, 0]) == 0.25
