@@ -207,3 +207,19 @@ def describe(values: Sequence[float]) -> dict[str, float]:
         "max": data[-1],
         "stddev": stddev(data),
     }
+
+
+def jain(counts: Sequence[float]) -> float:
+    """Jain's fairness index of per-worker counts: 1.0 when every worker got
+    the same share, 1/n when one worker got everything."""
+    total = sum(counts)
+    squares = sum(c * c for c in counts)
+    return (total * total) / (len(counts) * squares) if squares else 1.0
+
+
+def rsd(counts: Sequence[float]) -> float:
+    """Relative standard deviation of per-worker counts (0: equal shares)."""
+    mean_ = sum(counts) / len(counts) if counts else 0.0
+    if not mean_:
+        return 0.0
+    return math.sqrt(sum((c - mean_) ** 2 for c in counts) / len(counts)) / mean_

@@ -22,7 +22,6 @@ gate's own counters (grants across processes, forced hand-offs, barges).
 from __future__ import annotations
 
 import fcntl
-import math
 import multiprocessing as mp
 import os
 import sqlite3
@@ -32,26 +31,10 @@ from contextlib import closing
 from typing import Any
 
 from ._procs import reap
-from ._stats import describe
+from ._stats import describe, jain, rsd
 
 SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair")
 _FAIR: dict[str, bool | str] = {"strict": "strict", "bounded": True, "unfair": False}
-
-
-def jain(counts: list[int]) -> float:
-    """Jain's fairness index: 1.0 when every count is equal, 1/n when one
-    worker did everything."""
-    total = sum(counts)
-    squares = sum(c * c for c in counts)
-    return (total * total) / (len(counts) * squares) if squares else 1.0
-
-
-def rsd(counts: list[int]) -> float:
-    """Relative standard deviation of the counts (0: equal shares)."""
-    mean = sum(counts) / len(counts)
-    if not mean:
-        return 0.0
-    return math.sqrt(sum((c - mean) ** 2 for c in counts) / len(counts)) / mean
 
 
 def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None:
@@ -161,3 +144,105 @@ def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
         result["handoff_share"] = counters["handoffs"] / grants
         result["barge_share"] = counters["barges"] / max(1, sum(counts))
     return result
+
+
+# -- one process asks while two others write back to back -----------------------------
+
+
+def _hog(side: str, path: str, hold_s: float, barrier: Any, stop: Any) -> None:
+    import litegate
+
+    if side == "ofd-lock":
+        conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+        fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
+        lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+        setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+        setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+        barrier.wait(120)
+        while not stop.is_set():
+            fcntl.fcntl(fd, setlkw, lk)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT INTO w(v) VALUES ('hog')")
+                _spin(hold_s)
+                conn.execute("COMMIT")
+            finally:
+                fcntl.fcntl(fd, setlk, unlk)
+        conn.close()
+        return
+    db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+    barrier.wait(120)
+    while not stop.is_set():
+        with db.write() as c:
+            c.execute("INSERT INTO w(v) VALUES ('hog')")
+            _spin(hold_s)
+    db.close()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def run_asker(side: str, trials: int, hold_s: float = 0.0002) -> dict[str, Any]:
+    """Two processes write back to back (``hold_s`` transactions); a third
+    asks for the gate ``trials`` times, 20 ms apart: how long it waits each
+    time (ms). The README's "one plain kernel lock" case."""
+    import tempfile
+
+    import litegate
+
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="litegate-asker-") as d:
+        path = os.path.join(d, "w.db")
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+        barrier, stop = ctx.Barrier(3), ctx.Event()
+        hogs = [
+            ctx.Process(target=_hog, args=(side, path, hold_s, barrier, stop)) for _ in range(2)
+        ]
+        for p in hogs:
+            p.start()
+        waits: list[float] = []
+        try:
+            if side == "ofd-lock":
+                conn2 = sqlite3.connect(path, timeout=60, isolation_level=None)
+                fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
+                lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+                unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+                setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+                setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+                barrier.wait(120)
+                time.sleep(0.2)
+                for _ in range(trials):
+                    t0 = time.perf_counter()
+                    fcntl.fcntl(fd, setlkw, lk)
+                    waits.append((time.perf_counter() - t0) * 1e3)
+                    conn2.execute("INSERT INTO w(v) VALUES ('asker')")
+                    fcntl.fcntl(fd, setlk, unlk)
+                    time.sleep(0.02)
+                conn2.close()
+                os.close(fd)
+            else:
+                db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+                barrier.wait(120)
+                time.sleep(0.2)
+                for _ in range(trials):
+                    t0 = time.perf_counter()
+                    with db.write() as c:
+                        waits.append((time.perf_counter() - t0) * 1e3)
+                        c.execute("INSERT INTO w(v) VALUES ('asker')")
+                    time.sleep(0.02)
+                db.close()
+        finally:
+            stop.set()
+            for p in hogs:
+                p.join(60)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+    fig = describe(waits)
+    return {"side": side, "trials": trials, "p50_ms": fig["p50"], "max_ms": fig["max"]}

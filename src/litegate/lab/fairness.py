@@ -78,6 +78,8 @@ FIGURES = (
     "pct_of_limit",
     "hold_p50_ms",
     "pct_of_measured_limit",
+    "jain",
+    "rsd",
 )
 TARGET_THREADS = 50
 TARGET_P99_OVER_P50 = 1.2
@@ -295,6 +297,9 @@ def _drive(
         "throughput": throughput,
         "pct_of_limit": 100.0 * throughput / cfg.limit_per_s,
         "hold_p50_ms": hold_p50 * 1e3,
+        # how evenly the threads shared the checkouts (Jain: 1.0 = equal shares)
+        "jain": _stats.jain([len(w.waits) + len(w.timeout_waits) for w in workers]),
+        "rsd": _stats.rsd([len(w.waits) + len(w.timeout_waits) for w in workers]),
         # against the limit the harness allows: pool size / the hold it really got
         "pct_of_measured_limit": (
             100.0 * throughput * hold_p50 / cfg.pool_size if hold_p50 > 0 else 0.0
@@ -440,9 +445,12 @@ COLUMNS = (
     Column("STDDEV"),
     Column("TIMEOUTS"),
     Column("CHECKOUTS/S"),
+    Column("JAIN"),
     Column("% OF LIMIT"),
 )
-_SHOWN = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "stddev_ms", "timeouts", "throughput")
+_SHOWN = (
+    "p50_ms", "p90_ms", "p99_ms", "max_ms", "stddev_ms", "timeouts", "throughput", "jain",
+)  # fmt: skip
 
 
 def _row(e: dict[str, Any], *, cv: bool) -> list[str]:
@@ -453,6 +461,8 @@ def _row(e: dict[str, Any], *, cv: bool) -> list[str]:
             row.append(fmt_pct(s["cv"]))
         elif fig in ("timeouts", "throughput"):
             row.append(fmt_ms(s["median"]))
+        elif fig == "jain":
+            row.append(f"{s['median']:.3f}")
         else:
             row.append(fmt_ms(s["median"], 1))
     return row

@@ -102,6 +102,7 @@ class Config:
     procs: tuple[int, ...] = (2, 4, 8)  # the processes part: how many writers
     proc_seconds: float = 3.0  # ... writing for this long, each side
     proc_sides: tuple[str, ...] = _writers.SIDES
+    asker_trials: int = 15  # the processes part: one process asking past two writers
     noise_k: float = 2.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -506,7 +507,7 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     if "handoff" in cfg.parts:
         steps += cfg.runs
     if "processes" in cfg.parts:
-        steps += cfg.runs * len(cfg.procs) * len(cfg.proc_sides)
+        steps += cfg.runs * (len(cfg.procs) * len(cfg.proc_sides) + len(ASKER_SIDES))
     if "profile" in cfg.parts:
         steps += 1
     progress.total = float(steps)
@@ -550,6 +551,13 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
                         side, procs, cfg.proc_seconds
                     )
                     progress.advance()
+            one["asker"] = {}
+            for side in ASKER_SIDES:
+                progress.describe(
+                    f"run {run_no}/{cfg.runs}: one process asks past two writers, {side}"
+                )
+                one["asker"][side] = _writers.run_asker(side, cfg.asker_trials)
+                progress.advance()
         runs.append(one)
     result: dict[str, Any] = {
         "experiment": NAME,
@@ -598,6 +606,13 @@ def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
             }
         out["throughput"] = thr
     if runs and "processes" in runs[0]:
+        out["asker"] = {
+            side: {
+                key: summarise([r["asker"][side][key] for r in runs]).to_json()
+                for key in ("p50_ms", "max_ms")
+            }
+            for side in runs[0].get("asker", {})
+        }
         out["processes"] = {
             cell: {
                 key: summarise([r["processes"][cell][key] for r in runs]).to_json()
@@ -608,6 +623,8 @@ def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
         }
     return out
 
+
+ASKER_SIDES = ("ofd-lock", "strict", "bounded", "unfair")
 
 TARGETS = {
     "durable": ("ratio", 3.0, ">= 3 x the mutex"),
@@ -719,14 +736,16 @@ def render(result: dict[str, Any]) -> str:
         )
     if "processes" in summary:
         parts.append("")
-        parts.append(_render_processes(summary["processes"], what, runs))
+        parts.append(_render_processes(summary["processes"], what, runs, summary.get("asker")))
     if "profile" in result:
         parts.append("")
         parts.append(_profile.render(result["profile"]))
     return "\n".join(parts)
 
 
-def _render_processes(cells: dict[str, Any], what: str, runs: int) -> str:
+def _render_processes(
+    cells: dict[str, Any], what: str, runs: int, asker: dict[str, Any] | None = None
+) -> str:
     cols = [
         Column("P"),
         Column("SIDE", "left"),
@@ -785,7 +804,18 @@ def _render_processes(cells: dict[str, Any], what: str, runs: int) -> str:
         "targets for bounded: >= 0.9x sqlite3, Jain >= 0.98, p99 <= 5 ms, max <= 25 ms: "
         + ", ".join(verdicts)
     )
-    return "\n".join([head, seed_table(cols, groups), foot])
+    lines = [head, seed_table(cols, groups), foot]
+    if asker:
+        lines.append(
+            "one process asks for the gate while two others write back to back (200 us "
+            "transactions), its wait p50 / max: "
+            + "; ".join(
+                f"{side} {s['p50_ms']['median']:.2f} / {s['max_ms']['median']:.1f} ms"
+                for side, s in asker.items()
+            )
+            + " (target for bounded: max <= T + 1 ms = 3 ms)"
+        )
+    return "\n".join(lines)
 
 
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
@@ -859,7 +889,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.ops, cfg.tail_inserts = 3_000, 20_000
         cfg.durable_writes, cfg.async_writes, cfg.thread_writes = 40, 5, 600
         cfg.handoffs = 300
-        cfg.procs, cfg.proc_seconds = (2, 4), 1.0
+        cfg.procs, cfg.proc_seconds, cfg.asker_trials = (2, 4), 1.0, 5
     if args.ops is not None:
         if args.ops < 100:
             raise ValueError("--ops must be at least 100")

@@ -4,6 +4,7 @@ never about speed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,14 @@ def test_render(result: dict[str, Any]) -> None:
     text = fairness.render(result)
     for title in fairness.POOL_TITLES.values():
         assert title in text
-    assert "CHECKOUTS/S  |  % OF LIMIT" in text
+    assert re.search(r"CHECKOUTS/S\s+\|\s+JAIN\s+\|\s+% OF LIMIT", text)
     assert "not checked" in text
+    for r in result["raw"]:  # how evenly the threads shared the checkouts
+        shares = [c + t for c, t in zip(r["per_thread"]["checkouts"],
+                                        r["per_thread"]["timeouts"], strict=True)]  # fmt: skip
+        assert r["figures"]["jain"] == pytest.approx(
+            sum(shares) ** 2 / (len(shares) * sum(x * x for x in shares))
+        )
 
 
 def test_charts(result: dict[str, Any], tmp_path: Path) -> None:

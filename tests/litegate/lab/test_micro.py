@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from litegate.lab import _writers, micro
+from litegate.lab import _stats, _writers, micro
 
 
 def test_parse_setting() -> None:
@@ -97,7 +97,7 @@ def test_tiny_run_end_to_end() -> None:
 
 
 def test_processes_part_runs_every_side() -> None:
-    cfg = micro.Config(parts=("processes",), procs=(2,), proc_seconds=0.3)
+    cfg = micro.Config(parts=("processes",), procs=(2,), proc_seconds=0.3, asker_trials=2)
     result = micro.run(cfg)
     (run,) = result["runs"]
     assert set(run["processes"]) == {f"2/{side}" for side in _writers.SIDES}
@@ -108,8 +108,12 @@ def test_processes_part_runs_every_side() -> None:
         assert 0 < cell["p50_us"] <= cell["p99_us"] <= cell["max_us"]
     for side in ("strict", "bounded", "unfair"):
         assert run["processes"][f"2/{side}"]["grants"] >= 1
+    assert set(run["asker"]) == set(micro.ASKER_SIDES)
+    for a in run["asker"].values():
+        assert 0 <= a["p50_ms"] <= a["max_ms"]
     text = micro.render(result)
     assert "P single-threaded processes" in text
+    assert "one process asks for the gate" in text
     assert "targets for bounded" in text
 
 
@@ -128,10 +132,10 @@ def test_profile_counts_opcodes_per_call_and_names_the_functions() -> None:
 
 
 def test_jain_and_rsd() -> None:
-    assert _writers.jain([5, 5, 5, 5]) == 1.0
-    assert _writers.jain([10, 0, 0, 0]) == 0.25
-    assert _writers.rsd([5, 5]) == 0.0
-    assert abs(_writers.rsd([1, 3]) - 0.5) < 1e-12
+    assert _stats.jain([5, 5, 5, 5]) == 1.0
+    assert _stats.jain([10, 0, 0, 0]) == 0.25
+    assert _stats.rsd([5, 5]) == 0.0
+    assert abs(_stats.rsd([1, 3]) - 0.5) < 1e-12
 
 
 def test_compare_mode_runs_two_configurations() -> None:
