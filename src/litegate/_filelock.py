@@ -316,14 +316,28 @@ class ProcessLock:
         return rec
 
     def _head(self) -> tuple[int, tuple[int, int, int, int, int, int, int, int]] | None:
-        """The ticket and record of the head waiter, if one is waiting."""
+        """The ticket and record of the head waiter, if one is waiting.
+
+        ``H_HEAD`` names the last ticket that became the head by itself (each
+        head writes it once, before it can get the gate, so it only grows;
+        nobody clears it: a hint whose record is no longer HEAD means nobody).
+        When that head has just taken the gate, it has already marked its
+        successor's record HEAD (the successor takes a moment to wake up and
+        say so itself): that one is the head meanwhile."""
         h = _U64.unpack_from(self._map, _H_HEAD)[0]
         if h == 0:
             return None
-        rec = self._record(h - 1)
-        if rec[0] != h - 1 or rec[1] != HEAD:
+        t = h - 1
+        rec = self._record(t)
+        if rec[0] != t:
             return None
-        return h - 1, rec
+        if rec[1] == HEAD:
+            return t, rec
+        if rec[1] == HOLDING:
+            nxt = self._record(t + 1)
+            if nxt[0] == t + 1 and nxt[1] == HEAD:
+                return t + 1, nxt
+        return None
 
     @staticmethod
     def _due(rec: tuple[int, int, int, int, int, int, int, int], now_ns: int) -> bool:
@@ -499,10 +513,12 @@ class ProcessLock:
                 return False
         # Ours: leave the queue, and make our successor the head at once (it
         # will take a moment to wake up, and the head's budget protects it
-        # from bargers meanwhile; a head that never comes, because it died or
-        # gave up, only makes the next ones queue until a live one is head).
-        rec = self._record(t)
-        _SLOT.pack_into(table, off, t, HOLDING, *rec[2:])
+        # from bargers meanwhile; _head() finds it through our ticket; a head
+        # that never comes, because it died or gave up, only makes the next
+        # ones queue until a live one is head). The successor is marked before
+        # we say HOLDING, so no one sees us gone and nobody at the head.
+        # (H_HEAD is left alone: a shared word written by more than one
+        # process would need an atomic compare-and-set, which Python lacks.)
         nxt = self._record(t + 1)
         if nxt[0] == t + 1 and nxt[1] == WAITING:
             _SLOT.pack_into(
@@ -517,9 +533,8 @@ class ProcessLock:
                 nxt[6],
                 nxt[7],
             )
-            _U64.pack_into(table, _H_HEAD, t + 2)
-        elif _U64.unpack_from(table, _H_HEAD)[0] == t + 1:
-            _U64.pack_into(table, _H_HEAD, 0)
+        rec = self._record(t)
+        _SLOT.pack_into(table, off, t, HOLDING, *rec[2:])
         self._granted(overtook=False)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
         self._ticket = -1
@@ -533,8 +548,6 @@ class ProcessLock:
         rec = self._record(t)
         if rec[0] == t:
             _SLOT.pack_into(self._map, _HEADER + slot * _SLOT_SIZE, t, state, *rec[2:])
-        if _U64.unpack_from(self._map, _H_HEAD)[0] == t + 1:
-            _U64.pack_into(self._map, _H_HEAD, 0)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
         self._ticket = -1
 
@@ -596,7 +609,7 @@ class ProcessLock:
         return self._want is not None
 
     def nobody_waits(self) -> bool:
-        return not _U64.unpack_from(self._map, _H_HEAD)[0]
+        return self._head() is None
 
     def resume(self) -> bool:
         """We hold the gate (kept idle, or for our threads): take it up for a
@@ -605,11 +618,11 @@ class ProcessLock:
         its transactions run (a ring meanwhile only makes our keeper look;
         the release that follows sees the waiter and lets go), so a loop of
         lone transactions writes nothing to the shared table."""
-        return not _U64.unpack_from(self._map, _H_HEAD)[0]
+        return self._head() is None
 
     def keep_idle_if_alone(self) -> bool:
         """Keep the gate idle if nobody waits and the doorbell works."""
-        if self._want is None or _U64.unpack_from(self._map, _H_HEAD)[0]:
+        if self._want is None or self._head() is not None:
             return False
         if not self.idle:
             self.idle = True

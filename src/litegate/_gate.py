@@ -162,6 +162,7 @@ class FileGate:
         self._keeper: threading.Thread | None = None
         self._closing = False
         self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
+        self.waited = False  # the last acquire() slept in a line (read by its grantee)
 
     @classmethod
     def open(cls, path: str) -> FileGate:
@@ -297,11 +298,14 @@ class FileGate:
         if not lock.acquire(timeout, b, tag):
             return False
         queued = lock.last_queued
+        self.waited = queued  # (and below: whether it queued across processes)
         left = timeout  # the time left for the cross-process part
         if queued and timeout is not None:
             left = max(0.0, timeout - (time.monotonic() - t0))
         if not self.hold_across_processes(left, b):
             return False
+        if self._ticket >= 0:
+            self.waited = True
         self.owner = me
         if logging:
             self._note_grant(arrive, queued, b)
@@ -366,10 +370,15 @@ class FileGate:
         return False
 
     def release_now(self) -> None:
-        """:meth:`release` for the lone writer (taken with :meth:`take_now`):
-        the gate stays kept idle when nobody waits anywhere."""
+        """:meth:`release`, with the common case first: nobody waits here or
+        elsewhere and this process is hot, so the gate stays kept idle."""
         self.owner = None
-        if self._hot and not self.lock._waiters and self.plock.keep_idle_if_alone():
+        if (
+            self._hot
+            and self._grant is None
+            and not self.lock._waiters
+            and self.plock.keep_idle_if_alone()
+        ):
             if self._keeper is None:
                 self._start_keeper()
             self.lock.release(False)

@@ -37,14 +37,28 @@ SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair")
 _FAIR: dict[str, bool | str] = {"strict": "strict", "bounded": True, "unfair": False}
 
 
+def _fair_of(side: str) -> Any:
+    """A side's ``fair=``; ``bounded:K:T`` tries a budget (the lab's A/B)."""
+    if side.startswith("bounded:"):
+        import litegate
+
+        _, k, t = side.split(":")
+        return litegate.Bounded(float(k), float(t))
+    return _FAIR[side]
+
+
+def _is_litegate(side: str) -> bool:
+    return side in _FAIR or side.startswith("bounded:")
+
+
 def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None:
     clock = time.monotonic  # CLOCK_MONOTONIC: shared by the processes
     lat: list[int] = []
     n = 0
-    if side in _FAIR:
+    if _is_litegate(side):
         import litegate
 
-        db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+        db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
 
         def one() -> None:
             with db.write() as conn:
@@ -117,7 +131,7 @@ def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
         with closing(sqlite3.connect(path)) as conn:
             committed = int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
         counters = None
-        if side in _FAIR:
+        if _is_litegate(side):
             from litegate._filelock import read_counters
 
             counters = read_counters(path + "-litegate")
@@ -171,7 +185,7 @@ def _hog(side: str, path: str, hold_s: float, barrier: Any, stop: Any) -> None:
                 fcntl.fcntl(fd, setlk, unlk)
         conn.close()
         return
-    db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+    db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
     barrier.wait(120)
     while not stop.is_set():
         with db.write() as c:
@@ -227,7 +241,7 @@ def run_asker(side: str, trials: int, hold_s: float = 0.0002) -> dict[str, Any]:
                 conn2.close()
                 os.close(fd)
             else:
-                db = litegate.connect(path, readers=1, timeout=60, fair=_FAIR[side])
+                db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
                 barrier.wait(120)
                 time.sleep(0.2)
                 for _ in range(trials):
