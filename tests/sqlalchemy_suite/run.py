@@ -17,6 +17,8 @@ driver passes, other than the expected failures listed below with their
 reasons. In the litegate runs, ``test/engine/test_pool.py`` runs with
 ``sqlalchemy.pool.QueuePool`` (and ``AsyncAdaptedQueuePool``) replaced by
 litegate's fair pools (``fairpool.py``), so SQLAlchemy's pool tests test them.
+Every run deletes a test database's ``-wal`` and ``-shm`` with it
+(``walfiles.py`` says why).
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ def expected_reason(test: str) -> str | None:
 def tree_run(driver: str, src: Path, paths: list[str], fair_pool: bool) -> Run:
     """SQLAlchemy's tests on one driver: the tree, then its pool tests."""
     run = Run(f"sqlite+{driver}")
-    common = ["--rootdir", str(src), "-c", str(src / "pyproject.toml"),
+    common = ["--rootdir", str(src), "-c", str(src / "pyproject.toml"), "-p", "walfiles",
               "--requirements", "tree_requirements:Requirements"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sqla-tree-") as tmp:
         dburi = ["--dburi", f"sqlite+{driver}:///querytest.db"]
@@ -216,7 +218,7 @@ def tree_run(driver: str, src: Path, paths: list[str], fair_pool: bool) -> Run:
 
 def rerun_alone(driver: str, src: Path, node_ids: list[str], fair_pool: bool) -> set[str]:
     """The ids that still fail when run by themselves."""
-    common = ["--rootdir", str(src), "-c", str(src / "pyproject.toml"),
+    common = ["--rootdir", str(src), "-c", str(src / "pyproject.toml"), "-p", "walfiles",
               "--requirements", "tree_requirements:Requirements"]  # fmt: skip
     swap = ["-p", "fairpool"] if fair_pool else []
     with tempfile.TemporaryDirectory(prefix="sqla-again-") as tmp:

@@ -14,6 +14,7 @@ waits leaves the line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import weakref
@@ -226,9 +227,17 @@ class AsyncAdaptedConnection(AdaptedConnection):
 
     def terminate(self) -> None:
         """SQLAlchemy's last resort (invalidation, garbage collection): the
-        same close; the connection's thread runs it after whatever it is
-        doing, so this never interrupts a statement half-way."""
-        self.close()
+        connection's thread closes it after whatever it is doing (never half
+        way through a statement); outside the greenlet (garbage collection)
+        nothing waits for that, as this thread may hold a lock it needs."""
+        if in_greenlet():
+            self.close()
+            return
+        if self._conn._lg_forked:
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            self._thread.submit(self._conn.close)
+        self._thread.shutdown(wait=False)
 
 
 class AsyncDBAPI(_dbapi.DBAPI):
