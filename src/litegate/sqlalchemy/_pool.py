@@ -83,7 +83,7 @@ class FairQueuePool(QueuePool):
         # SQLAlchemy's own queue: a connection abandoned by its user comes
         # back from a garbage-collector callback, on whatever thread, maybe
         # one that is inside this lock.
-        self._overflow_lock = threading.RLock()
+        self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0  # connections of this pool, checked out or idle
         self._mine: weakref.WeakSet[ConnectionPoolEntry] = weakref.WeakSet()
         _POOLS.add(self)
@@ -163,7 +163,7 @@ class FairQueuePool(QueuePool):
         line: _Line = self._pool  # type: ignore[assignment]
         idle = {id(_driver(rec.dbapi_connection)) for rec in line.queue}
         self._pool = _Line(line.maxsize, self._max_overflow, line.use_lifo)  # type: ignore[assignment]
-        self._overflow_lock = threading.RLock()
+        self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0
         self._mine = weakref.WeakSet()
         return idle
