@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import litegate
 from litegate.sqlalchemy import GateTimeout, ReadOnlyScopeError, connect, read_only
+from tests.litegate.sqlalchemy.loop import Ticker, until
 from tests.litegate.sqlalchemy.models import Counter, Entry
 from tests.litegate.sqlalchemy.test_gate import gate_of, whos
 
@@ -32,39 +33,28 @@ def test_waiting_for_the_gate_never_blocks_the_loop_and_cancel_leaves_the_line(
 
     async def main() -> tuple[int, list[str]]:
         aeng = create_async_engine(url)
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.001)
 
         async def write(who: str) -> None:
             async with aeng.begin() as conn:
                 await conn.execute(insert(Entry).values(who=who))
 
-        tick = asyncio.create_task(ticker())
+        ticker = Ticker().start()
         h = threading.Thread(target=holder)
         h.start()
         await asyncio.to_thread(inside.wait, 30)
         tasks = []
         for k in range(3):
             tasks.append(asyncio.create_task(write(f"task {k}")))
-            while gate.waiting != k + 1:  # in the gate's line, in this order
-                await asyncio.sleep(0.001)
-        before = ticks
-        await asyncio.sleep(0.05)
-        moved = ticks - before  # the loop ran while three tasks waited
+            await until(lambda: gate.waiting, k + 1, f"task {k} in the gate's line")
+        moved = await ticker.during(0.05)  # the loop runs while three tasks wait
         tasks[1].cancel()
-        while gate.waiting != 2:  # the cancelled one left the line
-            await asyncio.sleep(0.001)
+        await until(lambda: gate.waiting, 2, "the cancelled task to leave the line")
         leave.set()
         await asyncio.gather(tasks[0], tasks[2])
         with pytest.raises(asyncio.CancelledError):
             await tasks[1]
         await asyncio.to_thread(h.join)
-        tick.cancel()
+        ticker.stop()
         await aeng.dispose()
         return moved, []
 
