@@ -1,18 +1,23 @@
 """For the runs of SQLAlchemy's own tests (``-p walfiles``, every driver).
 
 SQLAlchemy's SQLite provisioning deletes the test database file whenever its
-engine is disposed (after every test class), even while connections of other
-engines, which tests leave to the garbage collector, are still open. With a
-rollback journal (the stock drivers' default) that is harmless; in WAL mode
-(litegate's) the next connections would open the deleted database's ``-wal``
-and ``-shm``, which the old connections still hold, and read pages that
-belong to another file ("database disk image is malformed"). SQLite's rule
-for deleting a WAL database is to delete its ``-wal`` and ``-shm`` with it:
-this makes the provisioning do that."""
+engine is disposed (after every test class), even while connections that
+tests left to the garbage collector are still open on it. With a rollback
+journal (the stock drivers' default) that is harmless. In WAL mode
+(litegate's) it is not: the next connections would open the deleted
+database's ``-wal`` and ``-shm``, and when a left-over connection is finally
+collected, SQLite, believing it is the file's last connection, checkpoints
+and unlinks the ``-wal`` by name, which by then is the new database's (its
+committed pages are lost: "no such table", "database disk image is
+malformed"). So, before the provisioning deletes a database: collect the
+garbage (the left-over connections close while their file is still there),
+then delete the ``-wal`` and ``-shm`` with it, as SQLite's rule for deleting
+a WAL database says."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from typing import Any
 
@@ -20,9 +25,12 @@ _remove = os.remove
 
 
 def _remove_with_wal(path: Any, *args: Any, **kwargs: Any) -> None:
-    _remove(path, *args, **kwargs)
     name = os.fspath(path)
-    if isinstance(name, str) and name.endswith(".db"):
+    is_db = isinstance(name, str) and name.endswith(".db")
+    if is_db:
+        gc.collect()
+    _remove(path, *args, **kwargs)
+    if is_db:
         for suffix in ("-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 _remove(name + suffix)
