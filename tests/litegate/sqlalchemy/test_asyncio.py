@@ -187,3 +187,24 @@ def test_sqlmodel_works_unchanged_sync_and_async(tmp_path: Any) -> None:
 
     assert asyncio.run(main()) == 30 + 4 * 20 + 5 * 10
     engine.dispose()
+
+
+def test_stream_fetches_rows_as_they_are_asked_for(engine: Engine, url: str) -> None:
+    """AsyncConnection.stream() (a server-side cursor, as with aiosqlite)."""
+    with engine.begin() as conn:
+        conn.execute(insert(Entry), [{"who": f"w{i:03}"} for i in range(250)])
+
+    async def main() -> list[str]:
+        aeng = create_async_engine(url)
+        async with aeng.connect() as conn:
+            result = await conn.stream(select(Entry.who).order_by(Entry.who))
+            first = await result.fetchmany(3)
+            rest = [row.who async for row in result]
+        async with AsyncSession(aeng) as s:
+            scalars = await s.stream_scalars(select(Entry.who).order_by(Entry.who.desc()))
+            last = await scalars.first()
+        await aeng.dispose()
+        return [r.who for r in first] + rest + [str(last)]
+
+    got = asyncio.run(main())
+    assert got == [f"w{i:03}" for i in range(250)] + ["w249"]
