@@ -224,9 +224,13 @@ def normalize(node_id: str) -> str:
     )
 
 
+def _base(test: str) -> str:
+    """ "Class::test" of a normalized id: no driver, no parameters."""
+    return re.sub(r"_sqlite\+DRIVER(_async)?_\d+_\d+_\d+", "", test.split("[", 1)[0])
+
+
 def expected_reason(test: str) -> str | None:
-    base = re.sub(r"_sqlite\+DRIVER(_async)?_\d+_\d+_\d+", "", test.split("[", 1)[0])
-    return EXPECTED.get(base)
+    return EXPECTED.get(_base(test))
 
 
 def tree_run(driver: str, src: Path, paths: list[str], fair_pool: bool) -> Run:
@@ -314,8 +318,13 @@ def full() -> int:
                 if t not in again_norm:
                     print(f"    passes when run alone (order-dependent), {ours}: {t}")
             extra = [t for t in extra if t in again_norm]
-        for t in expected:
-            print(f"    expected failure, {ours}: {t}: {expected_reason(t)}")
+        by_key: dict[str, int] = {}
+        for t in expected:  # one line per expected test, however many parameter sets
+            key = _base(t)
+            by_key[key] = by_key.get(key, 0) + 1
+        for key, n in by_key.items():
+            many = f" ({n} parameter sets)" if n > 1 else ""
+            print(f"    expected failure, {ours}: {key}{many}: {EXPECTED[key]}")
         for t in sorted(stock_failed - ours_failed):
             print(f"    fails with {stock} only: {t}")
         for t in sorted((ours_failed & stock_failed) - set(expected)):
