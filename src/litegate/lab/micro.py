@@ -11,7 +11,12 @@ Part 1, latency per operation (seed 002's workloads), litegate next to plain
   the regression tell for the write path (seed 002: if a no-op regresses, the
   per-operation cost is real);
 - ``noop_select``: ``SELECT … WHERE 1 = 0``, the same tell for reads;
-- ``point_query``: one row by primary key (``db.query`` through the pool).
+- ``point_query``: one row by primary key (``db.query`` through the pool);
+- ``orm_read_write``: an ORM transaction that reads a row and writes it
+  back (``with Session(engine) as s, s.begin(): c = s.get(...); c.n += 1``),
+  through ``sqlite+litegate`` against SQLAlchemy's stock ``sqlite://``
+  driver with the same PRAGMAs (``--compare`` passes ``profile`` and
+  ``timeout`` to the dialect; the rest does not apply to it).
 
 p50/p90/p99/max in microseconds. ``--runs N`` gives the median of each
 percentile across runs and its coefficient of variation (never trust one
@@ -56,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import sqlite3
@@ -82,7 +88,14 @@ from ._stats import compare, describe, median, summarise
 NAME = "micro"
 HELP = "seed 002: per-operation latency vs plain sqlite3, write throughput, insert tail"
 
-WORKLOADS = ("single_insert", "merge_rounds", "noop_execute", "noop_select", "point_query")
+WORKLOADS = (
+    "single_insert",
+    "merge_rounds",
+    "noop_execute",
+    "noop_select",
+    "point_query",
+    "orm_read_write",
+)
 FIGURES = ("p50", "p90", "p99", "max")
 ROWS = 10_000  # rows in the table the reads and merges work on
 
@@ -188,18 +201,78 @@ def _sqlite_ops(conn: sqlite3.Connection) -> dict[str, Callable[[int], Any]]:
     }
 
 
+# litegate's default profile, for the plain sqlite3 side.
+_SQLITE_PRAGMAS = (
+    "journal_mode = WAL",
+    "synchronous = NORMAL",
+    "cache_size = -20000",
+    "temp_store = MEMORY",
+    "foreign_keys = ON",
+)
+
+
 def _open_sqlite(path: str) -> sqlite3.Connection:
     """Plain stdlib, set up like litegate's default profile (WAL, NORMAL)."""
     conn = sqlite3.connect(path, isolation_level=None)
-    for pragma in (
-        "journal_mode = WAL",
-        "synchronous = NORMAL",
-        "cache_size = -20000",
-        "temp_store = MEMORY",
-        "foreign_keys = ON",
-    ):
+    for pragma in _SQLITE_PRAGMAS:
         conn.execute(f"PRAGMA {pragma}")
     return conn
+
+
+@functools.cache
+def _orm_counter() -> Any:
+    """The ORM row's model (SQLAlchemy is imported only for this row)."""
+    from sqlalchemy import Integer
+    from sqlalchemy.orm import DeclarativeBase, mapped_column
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Counter(Base):
+        __tablename__ = "orm_counter"
+        # no annotations: they would be strings here, resolved in the module
+        id = mapped_column(Integer, primary_key=True)
+        n = mapped_column(Integer, nullable=False)
+
+    return Counter
+
+
+def _orm_engine(side: str, path: str, settings: dict[str, Any]) -> Any:
+    """SQLAlchemy's stock driver set up like ``_open_sqlite``, or
+    ``sqlite+litegate`` with the same PRAGMAs (its "default" profile)."""
+    from sqlalchemy import create_engine, event
+
+    if side == "sqlite3":
+        engine = create_engine(f"sqlite:///{path}")
+
+        @event.listens_for(engine, "connect")
+        def pragmas(dbapi_connection: Any, _record: Any) -> None:
+            for pragma in _SQLITE_PRAGMAS:
+                dbapi_connection.execute(f"PRAGMA {pragma}")
+
+    else:
+        args = {k: settings[k] for k in ("profile", "timeout") if k in settings}
+        args.setdefault("profile", "default")
+        engine = create_engine(f"sqlite+litegate:///{path}", connect_args=args)
+    counter = _orm_counter()
+    counter.metadata.create_all(engine)
+    return engine
+
+
+def _orm_read_write(engine: Any) -> Callable[[int], None]:
+    from sqlalchemy.orm import Session
+
+    counter = _orm_counter()
+    with Session(engine) as s, s.begin():
+        s.add(counter(id=1, n=0))
+
+    def one(i: int) -> None:
+        with Session(engine) as s, s.begin():
+            c = s.get(counter, 1)
+            assert c is not None
+            c.n = c.n + 1
+
+    return one
 
 
 def run_latency_side(
@@ -211,7 +284,13 @@ def run_latency_side(
     for workload in WORKLOADS:
         with fresh_dir() as d:
             path = os.path.join(d, "micro.db")
-            if side == "sqlite3":
+            if workload == "orm_read_write":
+                engine = _orm_engine(side, path, settings)
+                try:
+                    samples = _timed(_orm_read_write(engine), cfg.ops, cfg.warmup)
+                finally:
+                    engine.dispose()
+            elif side == "sqlite3":
                 conn = _open_sqlite(path)
                 _setup(conn.execute)
                 conn.executemany("INSERT INTO t(v) VALUES (?)", [("x",)] * ROWS)

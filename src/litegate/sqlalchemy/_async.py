@@ -14,6 +14,7 @@ waits leaves the line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import weakref
@@ -101,6 +102,50 @@ class AsyncAdaptedCursor:
         pass
 
 
+def _exec_ss(conn: _dbapi.Connection, sql: str, params: Any) -> tuple[Any, ...]:
+    cur = conn.cursor()
+    cur.execute(sql, () if params is None else params)
+    return cur, cur.description, cur.rowcount, cur.lastrowid
+
+
+class AsyncAdaptedSSCursor(AsyncAdaptedCursor):
+    """A server-side cursor (``AsyncConnection.stream()``, ``yield_per``):
+    rows are fetched on the connection's thread as they are asked for."""
+
+    server_side = True
+    __slots__ = ("_cursor",)
+
+    def __init__(self, adapt: AsyncAdaptedConnection) -> None:
+        super().__init__(adapt)
+        self._cursor: Any = None  # the sqlite3 cursor, used on the connection's thread
+
+    def execute(self, operation: str, parameters: Any = None) -> None:
+        self._adapt._statement(self, operation, parameters, False)
+
+    def executemany(self, operation: str, seq_of_parameters: Any) -> None:
+        raise NotImplementedError("executemany() on a server-side cursor")
+
+    def fetchone(self) -> Any:
+        return self._adapt._run(self._cursor.fetchone)
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        rows: list[Any] = self._adapt._run(self._cursor.fetchmany, size or self.arraysize)
+        return rows
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = self._adapt._run(self._cursor.fetchall)
+        return rows
+
+    def __iter__(self) -> Iterator[Any]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+    def close(self) -> None:
+        cur, self._cursor = self._cursor, None
+        if cur is not None:
+            self._adapt._run(cur.close)
+
+
 class AsyncAdaptedConnection(AdaptedConnection):
     """The DBAPI connection SQLAlchemy's asyncio engine sees."""
 
@@ -127,7 +172,7 @@ class AsyncAdaptedConnection(AdaptedConnection):
 
     # -- statements --------------------------------------------------------------
     def cursor(self, server_side: bool = False) -> AsyncAdaptedCursor:
-        return AsyncAdaptedCursor(self)
+        return AsyncAdaptedSSCursor(self) if server_side else AsyncAdaptedCursor(self)
 
     def execute(self, operation: str, parameters: Any = None) -> AsyncAdaptedCursor:
         cursor = self.cursor()
@@ -138,9 +183,12 @@ class AsyncAdaptedConnection(AdaptedConnection):
         conn = self._conn
         if conn.litegate_wants_gate(sql):
             self._take_gate(sql)
-        desc, rows, rowcount, lastrowid = self._run(_exec, conn, sql, params, many)
+        if isinstance(cur, AsyncAdaptedSSCursor):
+            cur._cursor, desc, rowcount, lastrowid = self._run(_exec_ss, conn, sql, params)
+        else:
+            desc, rows, rowcount, lastrowid = self._run(_exec, conn, sql, params, many)
+            cur._rows = deque(rows)
         cur.description = desc
-        cur._rows = deque(rows)
         cur.rowcount = rowcount
         cur.lastrowid = lastrowid
 
@@ -226,9 +274,17 @@ class AsyncAdaptedConnection(AdaptedConnection):
 
     def terminate(self) -> None:
         """SQLAlchemy's last resort (invalidation, garbage collection): the
-        same close; the connection's thread runs it after whatever it is
-        doing, so this never interrupts a statement half-way."""
-        self.close()
+        connection's thread closes it after whatever it is doing (never half
+        way through a statement); outside the greenlet (garbage collection)
+        nothing waits for that, as this thread may hold a lock it needs."""
+        if in_greenlet():
+            self.close()
+            return
+        if self._conn._lg_forked:
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            self._thread.submit(self._conn.close)
+        self._thread.shutdown(wait=False)
 
 
 class AsyncDBAPI(_dbapi.DBAPI):

@@ -162,7 +162,10 @@ class Connection(sqlite3.Connection):
         """Run one statement under the rules of this module's docstring."""
         c = classify(sql)
         if self.litegate_pending and c != PRAGMA:
-            self._lg_open()
+            if c == BEGIN and sql.lstrip()[:5].upper() == "BEGIN":
+                self.litegate_pending = False  # the caller's own BEGIN opens it (below)
+            else:
+                self._lg_open()
         if c == WRITE:
             # Read-only and nested transactions run with PRAGMA query_only:
             # SQLite itself refuses what really writes (a WITH … SELECT reads).
@@ -312,12 +315,6 @@ class Connection(sqlite3.Connection):
             gate, self.litegate_gate = self.litegate_gate, None
             if gate is not None:
                 gate.close()
-
-    def __del__(self) -> None:
-        # Dropped without close() (raw DBAPI use): never keep the gate.
-        if self.litegate_gate is not None and not self._lg_forked:
-            with contextlib.suppress(Exception):
-                self.close()
 
     def litegate_forget_parent(self, idle: bool) -> None:
         """In a forked child: this is the parent's connection. Never touch

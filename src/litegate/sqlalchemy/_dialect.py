@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import pool
+from sqlalchemy.dialects.sqlite.base import SQLiteExecutionContext
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.engine.characteristics import ConnectionCharacteristic
@@ -101,6 +102,11 @@ class LitegateDialect(SQLiteDialect_pysqlite):
         dbapi_connection.litegate_begin()
 
 
+class _AsyncExecutionContext(SQLiteExecutionContext):
+    def create_server_side_cursor(self) -> Any:
+        return self._dbapi_connection.cursor(server_side=True)
+
+
 class AsyncLitegateDialect(LitegateDialect):
     """``create_async_engine("sqlite+litegate://…")`` or
     ``sqlite+litegate_async://``: the same, for asyncio (see
@@ -110,6 +116,8 @@ class AsyncLitegateDialect(LitegateDialect):
     is_async = True
     has_terminate = True
     supports_statement_cache = True
+    supports_server_side_cursors = True  # AsyncConnection.stream(), as with aiosqlite
+    execution_ctx_cls = _AsyncExecutionContext
 
     @classmethod
     def import_dbapi(cls) -> Any:

@@ -79,7 +79,11 @@ class FairQueuePool(QueuePool):
         self._max_overflow = -1 if pool_size == 0 else max_overflow
         self._timeout = timeout  # type: ignore[assignment]  # None: wait forever
         self._pool = _Line(pool_size, self._max_overflow, use_lifo)  # type: ignore[assignment]
-        self._overflow_lock = threading.Lock()  # guards the idle deque and _open; no I/O
+        # Guards the idle deque and _open; no I/O under it. Reentrant, as
+        # SQLAlchemy's own queue: a connection abandoned by its user comes
+        # back from a garbage-collector callback, on whatever thread, maybe
+        # one that is inside this lock.
+        self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0  # connections of this pool, checked out or idle
         self._mine: weakref.WeakSet[ConnectionPoolEntry] = weakref.WeakSet()
         _POOLS.add(self)
@@ -159,7 +163,7 @@ class FairQueuePool(QueuePool):
         line: _Line = self._pool  # type: ignore[assignment]
         idle = {id(_driver(rec.dbapi_connection)) for rec in line.queue}
         self._pool = _Line(line.maxsize, self._max_overflow, line.use_lifo)  # type: ignore[assignment]
-        self._overflow_lock = threading.Lock()
+        self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0
         self._mine = weakref.WeakSet()
         return idle

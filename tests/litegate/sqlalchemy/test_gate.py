@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, event, exc, insert, select, text
@@ -344,3 +345,30 @@ def test_connect_events_and_statements_see_the_stock_dialect(engine: Engine) -> 
         conn.execute(text("SELECT 1"))
     assert seen == ["SELECT 1"]  # BEGIN IMMEDIATE is the driver's, not a statement of ours
     assert engine.dialect.name == "sqlite"
+
+
+def test_a_begin_of_the_callers_own_opens_the_transaction(engine: Engine) -> None:
+    """SQLAlchemy's pysqlite recipe (BEGIN from a "begin" event) and raw
+    BEGINs keep working: the caller's BEGIN takes the gate."""
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN EXCLUSIVE")  # SQLAlchemy's transaction is pending
+        assert held(engine)
+        conn.execute(insert(Entry).values(who="exclusive"))
+        conn.commit()
+        assert not held(engine)
+    recipe = create_engine(str(engine.url))
+
+    @event.listens_for(recipe, "connect")
+    def no_implicit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(recipe, "begin")
+    def begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    with recipe.begin() as conn:
+        assert held(engine)
+        conn.execute(insert(Entry).values(who="recipe"))
+    assert not held(engine)
+    recipe.dispose()
+    assert whos(engine) == ["exclusive", "recipe"]

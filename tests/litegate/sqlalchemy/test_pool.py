@@ -16,6 +16,7 @@ from sqlalchemy.pool import NullPool, PoolProxiedConnection, SingletonThreadPool
 
 from litegate.sqlalchemy import AsyncFairQueuePool, FairQueuePool
 from tests.conftest import wait_until
+from tests.litegate.sqlalchemy.loop import Ticker, until
 
 
 def memory() -> sqlite3.Connection:
@@ -95,34 +96,23 @@ def test_asyncio_tasks_wait_on_the_loop_in_order_and_a_cancelled_one_leaves(
         pool = eng.sync_engine.pool
         assert isinstance(pool, AsyncFairQueuePool)
         order: list[int] = []
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.001)
 
         async def waiter(k: int) -> None:
             async with eng.connect():
                 order.append(k)
 
-        tick = asyncio.create_task(ticker())
+        ticker = Ticker().start()
         holder = await eng.connect()
         tasks = []
         for k in range(4):
             tasks.append(asyncio.create_task(waiter(k)))
-            while pool.waiting() != k + 1:
-                await asyncio.sleep(0.001)
-        before = ticks
-        await asyncio.sleep(0.05)
-        ticks_while_waiting = ticks - before  # the loop runs while four tasks wait
+            await until(pool.waiting, k + 1, f"task {k} in the pool's line")
+        ticks_while_waiting = await ticker.during(0.05)  # the loop runs while four tasks wait
         tasks[1].cancel()
-        while pool.waiting() != 3:
-            await asyncio.sleep(0.001)
+        await until(pool.waiting, 3, "the cancelled task to leave the line")
         await holder.close()
         await asyncio.gather(tasks[0], tasks[2], tasks[3])
-        tick.cancel()
+        ticker.stop()
         await eng.dispose()
         return order, ticks_while_waiting
 

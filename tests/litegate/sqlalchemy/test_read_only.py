@@ -90,3 +90,17 @@ def test_the_option_is_reset_when_the_connection_goes_back(engine: Engine) -> No
         conn.execute(insert(Entry).values(who="writes again"))
     small.dispose()
     assert whos(engine) == ["writes again"]
+
+
+def test_an_engine_of_readers_has_its_own_pool(url: str, engine: Engine) -> None:
+    readers = create_engine(url + "?timeout=0.2", execution_options={"litegate_read_only": True})
+    seen: list[int] = []
+
+    def body(_k: int) -> None:
+        with Session(readers) as s:
+            seen.append(s.get(Counter, 1).n)  # type: ignore[union-attr]
+
+    with held_by_another_thread(engine):
+        assert on_threads(3, body) == []
+    readers.dispose()
+    assert seen == [0, 0, 0]
