@@ -89,7 +89,10 @@ class HandoffQueue(Generic[T]):
         self._capacity = capacity
         self._factory = factory
         self._fair = fair
-        self._mutex = threading.Lock()
+        # Reentrant: a resource may come back from a garbage collector's
+        # callback (SQLAlchemy returns an abandoned connection so) that runs
+        # on a thread already inside this mutex; a plain lock would deadlock.
+        self._mutex = threading.RLock()
         self._idle: list[T] = []  # LIFO: the warmest connection is reused first
         self._waiters: deque[_Waiter] = deque()
         self._created = 0
