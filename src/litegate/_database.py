@@ -433,12 +433,8 @@ class Database:
     ) -> WriterConnection:
         """The gate is held: claim the write connection and run BEGIN
         IMMEDIATE. Releases the gate on failure."""
+        conn = self._claim_writer(state)
         try:
-            with state.writer_mutex:
-                conn = state.writer
-                if conn is None or state.closing:
-                    raise Closed(f"database {self.path!r} is closed")
-                state.writer_in_use = True
             if begin:
                 self._begin_immediate(state, conn, deadline, limit)
         except BaseException:
@@ -465,6 +461,18 @@ class Database:
             )
         return self._after_gate(state, start, deadline, limit)
 
+    def _claim_writer(self, state: _ProcessState) -> WriterConnection:
+        """The gate is held: the write connection, marked in use (a close()
+        meanwhile leaves it to the release). If the Database is closing, the
+        gate goes back and Closed is raised."""
+        with state.writer_mutex:
+            conn = state.writer
+            if conn is not None and not state.closing:
+                state.writer_in_use = True
+                return conn
+        self._release(state)
+        raise Closed(f"database {self.path!r} is closed")
+
     def _release(self, state: _ProcessState) -> None:
         """The write connection is free again and the gate goes back; a
         close() that came meanwhile closes the connection once the gate is
@@ -486,15 +494,7 @@ class Database:
         done nothing) when the general path must wait for the gate."""
         if not state.filegate.take_now(state.budget):
             return None
-        with state.writer_mutex:
-            conn = state.writer
-            if conn is not None and not state.closing:
-                state.writer_in_use = True
-            else:
-                conn = None
-        if conn is None:
-            self._release(state)
-            raise Closed(f"database {self.path!r} is closed")
+        conn = self._claim_writer(state)
         try:
             try:
                 conn.control(BEGIN)
@@ -596,15 +596,7 @@ class Database:
         step), as group commit runs a batch of one. Anything unusual (a
         refused statement, a writer outside litegate, closing) takes the
         general steps."""
-        with state.writer_mutex:
-            conn = state.writer
-            if conn is not None and not state.closing:
-                state.writer_in_use = True
-            else:
-                conn = None
-        if conn is None:
-            self._release(state)
-            raise Closed(f"database {self.path!r} is closed")
+        conn = self._claim_writer(state)
         state.gate_wait.immediate += 1
         try:
             if sql not in _PLAIN:

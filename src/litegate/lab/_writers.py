@@ -37,6 +37,28 @@ SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair")
 _FAIR: dict[str, bool | str] = {"strict": "strict", "bounded": True, "unfair": False}
 
 
+class _OfdLock:
+    """The "one plain OFD lock" side: one fcntl lock around each transaction
+    (the kernel's wake-up order; the releaser may take it straight back)."""
+
+    _SETLKW: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+    _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+    _LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+    _UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
+
+    def acquire(self) -> None:
+        fcntl.fcntl(self.fd, self._SETLKW, self._LOCK)
+
+    def release(self) -> None:
+        fcntl.fcntl(self.fd, self._SETLK, self._UNLOCK)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def _fair_of(side: str) -> Any:
     """A side's ``fair=``; ``bounded:K:T`` tries a budget (the lab's A/B)."""
     if side.startswith("bounded:"):
@@ -68,11 +90,7 @@ def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None
     else:
         conn = sqlite3.connect(path, timeout=60, isolation_level=None)
         conn.execute("PRAGMA synchronous = NORMAL")
-        lock_fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
-        lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-        unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
-        setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
-        setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+        lock = _OfdLock(path)
 
         def tx() -> None:
             conn.execute("BEGIN IMMEDIATE")
@@ -82,18 +100,18 @@ def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None
         if side == "ofd-lock":
 
             def one() -> None:
-                fcntl.fcntl(lock_fd, setlkw, lk)
+                lock.acquire()
                 try:
                     tx()
                 finally:
-                    fcntl.fcntl(lock_fd, setlk, unlk)
+                    lock.release()
 
         else:
             one = tx
 
         def close() -> None:
             conn.close()
-            os.close(lock_fd)
+            lock.close()
 
     barrier.wait(120)  # every process is up, connected and ready
     end = clock() + seconds
@@ -168,22 +186,19 @@ def _hog(side: str, path: str, hold_s: float, barrier: Any, stop: Any) -> None:
 
     if side == "ofd-lock":
         conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-        fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
-        lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-        unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
-        setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
-        setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+        lock = _OfdLock(path)
         barrier.wait(120)
         while not stop.is_set():
-            fcntl.fcntl(fd, setlkw, lk)
+            lock.acquire()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("INSERT INTO w(v) VALUES ('hog')")
                 _spin(hold_s)
                 conn.execute("COMMIT")
             finally:
-                fcntl.fcntl(fd, setlk, unlk)
+                lock.release()
         conn.close()
+        lock.close()
         return
     db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
     barrier.wait(120)
@@ -224,22 +239,18 @@ def run_asker(side: str, trials: int, hold_s: float = 0.0002) -> dict[str, Any]:
         try:
             if side == "ofd-lock":
                 conn2 = sqlite3.connect(path, timeout=60, isolation_level=None)
-                fd = os.open(path + "-ofd", os.O_RDWR | os.O_CREAT, 0o644)
-                lk = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-                unlk = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
-                setlkw: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
-                setlk: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
+                lock = _OfdLock(path)
                 barrier.wait(120)
                 time.sleep(0.2)
                 for _ in range(trials):
                     t0 = time.perf_counter()
-                    fcntl.fcntl(fd, setlkw, lk)
+                    lock.acquire()
                     waits.append((time.perf_counter() - t0) * 1e3)
                     conn2.execute("INSERT INTO w(v) VALUES ('asker')")
-                    fcntl.fcntl(fd, setlk, unlk)
+                    lock.release()
                     time.sleep(0.02)
                 conn2.close()
-                os.close(fd)
+                lock.close()
             else:
                 db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
                 barrier.wait(120)
