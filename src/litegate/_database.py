@@ -728,23 +728,23 @@ class Database:
                 # The uncontended path: a free connection, a statement that
                 # opens no transaction (so nothing to roll back after it), and
                 # no owner to note (fork safety: it is back before we return).
-                try:
-                    return conn.execute(sql, params).fetchall()
-                except sqlite3.DatabaseError as exc:
-                    if _is_read_only(exc):
-                        raise _read_only(exc, conn) from exc
-                    raise
-                finally:
-                    state.pool.put(conn)
+                return self._query_on(state, conn, sql, params, quick=True)
         elif sql not in _READS and statement_kind(sql) != TX and len(_READS) < 4096:
             _READS[sql] = True  # (a statement that opens no transaction: the fast path next time)
         state, conn = self._checkout(timeout)
         return self._query_on(state, conn, sql, params)
 
     def _query_on(
-        self, state: _ProcessState, conn: sqlite3.Connection, sql: str, params: Params
+        self,
+        state: _ProcessState,
+        conn: sqlite3.Connection,
+        sql: str,
+        params: Params,
+        quick: bool = False,
     ) -> list[Any]:
-        """Run ``sql`` on a checked-out read connection, then check it back in."""
+        """Run ``sql`` on a checked-out read connection, then check it back in
+        (``quick``: straight back to the pool, for a statement that leaves no
+        transaction open and a connection with no owner noted)."""
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
@@ -752,7 +752,10 @@ class Database:
                 raise _read_only(exc, conn) from exc
             raise
         finally:
-            self._checkin(state, conn)
+            if quick:
+                state.pool.put(conn)
+            else:
+                self._checkin(state, conn)
 
     # -- maintenance ----------------------------------------------------------
     def backup(

@@ -18,13 +18,14 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
+sys.path.insert(0, str(ROOT))  # run as a script: the repository's tests package
+from tests import sdist  # noqa: E402
 
 LABELS = [
     "backends",
@@ -69,24 +70,7 @@ _RESULT = re.compile(r"^(ERROR|FAIL): (.+)$", re.M)
 def django_source() -> Path:
     import django
 
-    version = django.get_version()
-    target = CACHE / f"django-{version}"
-    if (target / "tests" / "runtests.py").exists():
-        return target
-    CACHE.mkdir(exist_ok=True)
-    print(f"downloading Django {version}'s source distribution (its test suite)...", flush=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
-         ":all:", f"django=={version}", "-d", str(CACHE)],
-        check=True,
-    )  # fmt: skip
-    archive = next(CACHE.glob(f"[dD]jango-{version}.tar.gz"))
-    with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
-            tar.extractall(CACHE, filter="data")
-        else:  # pragma: no cover - older Pythons: Django's own archive from PyPI
-            tar.extractall(CACHE)
-    return target
+    return sdist.unpacked("django", django.get_version(), CACHE, "tests/runtests.py")
 
 
 def run(engine: str, labels: list[str], parallel: int, src: Path) -> tuple[set[str], str, float]:

@@ -28,7 +28,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CACHE = ROOT / ".cache"
+sys.path.insert(0, str(ROOT))  # run as a script: the repository's tests package
+from tests import sdist  # noqa: E402
+
 LOGS = CACHE / "sqlalchemy-suite-logs"  # pytest's output of the last run, per driver
 
 # SQLAlchemy's own tests that concern SQLite, its transactions, its pool,
@@ -196,23 +198,7 @@ def compliance() -> int:
 
 
 def sqlalchemy_source(version: str) -> Path:
-    target = CACHE / f"sqlalchemy-{version}"
-    if (target / "test" / "conftest.py").exists():
-        return target
-    CACHE.mkdir(exist_ok=True)
-    print(f"downloading SQLAlchemy {version}'s source distribution (its tests)...", flush=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
-         ":all:", f"sqlalchemy=={version}", "-d", str(CACHE)],
-        check=True,
-    )  # fmt: skip
-    archive = next(CACHE.glob(f"[sS][qQ][lL][aA]lchemy-{version}.tar.gz"))
-    with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
-            tar.extractall(CACHE, filter="data")
-        else:  # pragma: no cover - older Pythons: SQLAlchemy's own archive from PyPI
-            tar.extractall(CACHE)
-    return target
+    return sdist.unpacked("sqlalchemy", version, CACHE, "test/conftest.py")
 
 
 def normalize(node_id: str) -> str:

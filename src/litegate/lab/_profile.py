@@ -10,9 +10,8 @@ Each latency workload's litegate call is run two ways, on a fresh database:
   profiler's overhead: for where the time goes, not for how long a call
   takes).
 
-The workloads and their statements are the latency part's
-(``micro._litegate_ops``); the background checkpointer is off, so its thread
-does not charge its work to whatever the caller was running.
+The workloads and their statements are the latency part's (``micro``
+opens each); settrace and cProfile see only the calling thread.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ from collections import Counter
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
-
-import litegate
 
 Op = Callable[[int], Any]
 
@@ -75,22 +72,19 @@ def time_functions(fn: Op, calls: int) -> dict[str, dict[str, float]]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["us"]))
 
 
-def run(
-    ops_for: Callable[[litegate.Database], dict[str, Op]],
-    setup: Callable[[Callable[..., Any]], None],
-    workloads: tuple[str, ...],
-    calls: int,
-) -> dict[str, Any]:
+Opener = Callable[[str, str], tuple[Op, Callable[[], None]]]
+
+
+def run(open_workload: Opener, workloads: tuple[str, ...], calls: int) -> dict[str, Any]:
     """Profile each workload's litegate call; ``calls`` timed calls each
-    (opcodes are counted over a tenth of them, at least 50)."""
+    (opcodes are counted over a tenth of them, at least 50).
+    ``open_workload(name, path)`` sets the workload up on a fresh database at
+    ``path`` and gives its call and what closes it."""
     out: dict[str, Any] = {}
     for workload in workloads:
         with tempfile.TemporaryDirectory(prefix="litegate-profile-") as d:
-            db = litegate.connect(os.path.join(d, "p.db"), checkpoints=False)
+            fn, close = open_workload(workload, os.path.join(d, "p.db"))
             try:
-                setup(db.execute)
-                db.executemany("INSERT INTO t(v) VALUES (?)", [("x",) for _ in range(10_000)])
-                fn = ops_for(db)[workload]
                 for i in range(200):  # warm: statement caches, the pool, the gate kept
                     fn(i)
                 total, by_function = count_opcodes(fn, max(50, calls // 10))
@@ -100,7 +94,7 @@ def run(
                     "time": time_functions(fn, calls),
                 }
             finally:
-                db.close()
+                close()
     return out
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from typing import Any
 
 import pytest
@@ -287,6 +287,8 @@ def test_gunicorn_preload_workers_share_the_gate(tmp_path: Any) -> None:
         **os.environ,
         "LITEGATE_DJANGO_DB": db_path(),
         "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "src")]),
+        # a shutdown that hangs shows every thread's stack (see _stop_gunicorn)
+        "PYTHONFAULTHANDLER": "1",
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--preload", "--workers", "3", "--threads", "2",
@@ -312,13 +314,37 @@ def test_gunicorn_preload_workers_share_the_gate(tmp_path: Any) -> None:
 
         assert on_threads(6, client) == []
     finally:
-        server.send_signal(signal.SIGTERM)
-        out, _ = server.communicate(timeout=30)
+        out = _stop_gunicorn(server)
     assert [status for status, _ in answers] == [200] * 120, out
     assert sorted(int(body.split()[1]) for _, body in answers) == list(range(1, 121))
     assert len({body.split()[0] for _, body in answers}) >= 2  # several workers served
     assert Counter.objects.get(name="c").n == 120
     assert server.returncode == 0, out
+
+
+def _stop_gunicorn(server: subprocess.Popen[str]) -> str:
+    """SIGTERM, then gunicorn's own 30 s graceful timeout. A server still up
+    after 45 s is a shutdown that hangs: SIGABRT to its workers and itself
+    makes faulthandler print every thread's stack, and the test fails with them."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        out, _ = server.communicate(timeout=45)
+        return out
+    except subprocess.TimeoutExpired:
+        try:
+            with open(f"/proc/{server.pid}/task/{server.pid}/children") as f:
+                workers = [int(p) for p in f.read().split()]
+        except OSError:
+            workers = []
+        for pid in [*workers, server.pid]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+        try:
+            out, _ = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+        pytest.fail(f"gunicorn did not stop within 45 s of SIGTERM; stacks:\n{out}")
 
 
 def _accepts(path: str) -> bool:
