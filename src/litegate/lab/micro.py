@@ -275,9 +275,7 @@ def _orm_read_write(engine: Any) -> Callable[[int], None]:
     return one
 
 
-def _profile_workload(
-    workload: str, path: str
-) -> tuple[Callable[[int], Any], Callable[[], None]]:
+def _profile_workload(workload: str, path: str) -> tuple[Callable[[int], Any], Callable[[], None]]:
     """One latency workload's litegate call for ``bench micro --profile``, on a
     fresh database at ``path``; the core's checkpointer is off (its thread
     would charge its work to whatever the caller was running). The ORM
