@@ -87,6 +87,7 @@ class _Notifier:
         self._loop = loop
         self._ready: deque[asyncio.Future[None]] = deque()
         self._scheduled = False
+        self.deadlines = _Deadlines(loop)
 
     def done(self, fut: asyncio.Future[None]) -> None:  # any thread
         self._ready.append(fut)
@@ -101,6 +102,66 @@ class _Notifier:
         ready = self._ready
         while ready:
             _set_done(ready.popleft())
+
+
+class _Deadlines:
+    """The timeouts of one loop's queued writes, on one timer rather than one
+    per write (a TimerHandle, a heap push and a cancel each).
+
+    The loop's clock only grows, so writes submitted with the same limit
+    fall due in the order they came: each limit's writes wait in a FIFO, the
+    timer is set for the earliest head, and a write that has its answer is
+    dropped from the head of its line as the answer arrives (answers come
+    in about the order writes were queued, so the lines stay short). Only
+    the loop's thread touches this."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lines: dict[float, deque[tuple[float, asyncio.Future[None], Callable[[], None]]]]
+        self._lines = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = math.inf  # when the timer fires (inf: not set)
+
+    def add(self, limit: float, fut: asyncio.Future[None], expire: Callable[[], None]) -> None:
+        """Call ``expire`` ``limit`` seconds from now unless ``fut`` is done by then."""
+        when = self._loop.time() + limit
+        line = self._lines.get(limit)
+        if line is None:
+            line = self._lines[limit] = deque()
+        line.append((when, fut, expire))
+        if when < self._at:
+            self._arm(when)
+
+    def settled(self, limit: float) -> None:
+        """A write with this limit has its answer: drop the answered heads."""
+        line = self._lines.get(limit)
+        while line and line[0][1].done():
+            line.popleft()
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = when
+        self._timer = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._at = None, math.inf
+        now = self._loop.time()
+        soonest = math.inf
+        for limit in list(self._lines):
+            line = self._lines[limit]
+            while line and (line[0][1].done() or line[0][0] <= now):
+                _when, fut, expire = line.popleft()
+                if not fut.done():
+                    expire()
+            if line:
+                soonest = min(soonest, line[0][0])
+            else:
+                del self._lines[limit]
+        if soonest < math.inf:
+            # (a head not yet due, the loop having run the timer a hair
+            # early, simply sets the timer again)
+            self._arm(soonest)
 
 
 async def connect(path: Any, **kwargs: Any) -> AsyncDatabase:
@@ -121,11 +182,16 @@ class AsyncDatabase:
         self._notifiers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Notifier] = (
             weakref.WeakKeyDictionary()
         )
+        self._last: _Notifier | None = None  # the last loop's: no look-up per write
 
     def _notifier(self, loop: asyncio.AbstractEventLoop) -> _Notifier:
+        notifier = self._last
+        if notifier is not None and notifier._loop is loop:
+            return notifier
         notifier = self._notifiers.get(loop)
         if notifier is None:
             notifier = self._notifiers[loop] = _Notifier(loop)
+        self._last = notifier
         return notifier
 
     def __repr__(self) -> str:
@@ -258,18 +324,21 @@ class AsyncDatabase:
             state.batcher.submit(req)
         except RuntimeError:
             raise Closed(f"database {self.sync.path!r} is closed") from None
-        # A timer instead of asyncio.wait_for: no extra task and future per write.
-        timer = None
-        if not math.isinf(limit):
-            timer = loop.call_later(limit, self._expire, state, req, fut, limit)
+        # The loop's one deadline timer, not asyncio.wait_for (a task and a
+        # future per write) nor a timer per write.
+        timed = not math.isinf(limit)
+        if timed:
+            notifier.deadlines.add(
+                limit, fut, functools.partial(self._expire, state, req, fut, limit)
+            )
         try:
             await fut
         except asyncio.CancelledError:
             state.batcher.cancel(req)  # withdrawn if still queued; else it goes with its batch
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if timed:
+                notifier.deadlines.settled(limit)
         if req.error is not None:
             raise req.error
         return req

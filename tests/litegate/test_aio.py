@@ -271,3 +271,41 @@ def test_same_behaviour_sync_and_async(tmp_path: Any) -> None:
     assert sync_out[1] is sqlite3.IntegrityError
     assert sync_out[4] is litegate.ReadOnlyError
     assert sync_out[5] is litegate.TransactionError
+
+
+def test_write_timeouts_share_one_timer_and_keep_each_limit(db_path: str) -> None:
+    """Queued writes with different limits, on the loop's one deadline timer:
+    each times out at its own limit (a shorter limit submitted later expires
+    first), none of them is written, and writes that got their answer leave
+    no timer behind."""
+
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        loop = asyncio.get_running_loop()
+        for i in range(50):  # answered writes: the line empties as answers come
+            await db.execute("INSERT INTO t VALUES (?)", (i,))
+        deadlines = db._notifier(loop).deadlines
+        assert all(not line for line in deadlines._lines.values())
+        ended: list[str] = []
+
+        async def write(name: str, timeout: float) -> None:
+            try:
+                await db.execute("INSERT INTO t VALUES (?)", (name,), timeout=timeout)
+            except litegate.WriteTimeout:
+                ended.append(name)
+
+        async with db.write():
+            tasks = [
+                asyncio.create_task(write("slow-a", 0.4)),
+                asyncio.create_task(write("slow-b", 0.4)),
+                asyncio.create_task(write("quick", 0.1)),
+            ]
+            await until(lambda: len(ended) == 3, "three timeouts")
+            await asyncio.gather(*tasks)
+        assert ended == ["quick", "slow-a", "slow-b"]
+        assert not deadlines._lines
+        assert await db.query("SELECT count(*) FROM t") == [(50,)]
+        await db.close()
+
+    run(main())
