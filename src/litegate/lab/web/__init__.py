@@ -57,7 +57,7 @@ from typing import Any
 from .._args import positive_float, positive_int
 from .._progress import Progress
 from .._stats import median
-from . import _acks, _hey
+from . import _acks, _hey, _profile
 from ._actions import MIXES as _WEIGHTS
 from ._cli import ALL_ENGINES, FRAMEWORKS
 from ._cli import ENGINES as ENGINES_OF
@@ -84,6 +84,7 @@ class Config:
     reset: bool = True
     hey: str = ""
     runs: int = 1
+    profile: int = 0  # > 0: only profile Django's request path, this many requests a round
 
     def sides(self) -> list[tuple[str, str]]:
         """(framework, engine) pairs, in the order each cell runs them."""
@@ -134,6 +135,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "seed'); default: a fresh copy of the seeded database per cell",
     )
     p.add_argument("--hey", default=None, help="the hey binary (default: .tools/bin/hey)")
+    p.add_argument(
+        "--profile",
+        type=positive_int,
+        default=0,
+        metavar="N",
+        help="instead of the load test: where a Django request's CPU goes, tuned against "
+        "litegate, N requests per action and round (no server, no hey)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -155,6 +164,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     bad = [m for m in mixes if m not in MIXES]
     if bad:
         raise ValueError(f"unknown mix(es) {bad}; pick from {', '.join(MIXES)}")
+    if args.profile:
+        return Config(frameworks=("django",), engines=_profile.ENGINES, profile=args.profile)
     try:
         hey = _hey.find(args.hey)
     except _hey.HeyMissing as exc:
@@ -279,6 +290,15 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
 
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     progress = progress or Progress(0)
+    if cfg.profile:
+        progress.total = 1.0
+        progress.describe(f"profile: {', '.join(_profile.ENGINES)}, {cfg.profile} requests/action")
+        with tempfile.TemporaryDirectory(prefix="litegate-bench-web-") as tmp:
+            template = os.path.join(tmp, "seeded.db")
+            _seed(template)
+            profile = _profile.run(cfg.profile, template)
+        progress.advance()
+        return {"experiment": NAME, "config": asdict(cfg), "profile": profile}
     cells = _cells(cfg)
     progress.total = float(cfg.runs * len(cells) * len(cfg.sides()))
     results: list[dict[str, Any]] = []
@@ -391,12 +411,16 @@ def summarize(cells: list[dict[str, Any]], cfg: Config) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
+    if "profile" in result:
+        return _profile.render(result["profile"])
     from ._render import render as draw
 
     return draw(result)
 
 
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
+    if "profile" in result:
+        return []
     from ._render import charts as draw
 
     return draw(result, out)

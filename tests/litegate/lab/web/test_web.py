@@ -127,6 +127,35 @@ def test_bench_web_runs_a_cell_per_framework_and_engine(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
+def test_bench_web_profile_counts_each_engine_per_action(tmp_path: Path) -> None:
+    """``bench web --profile``: every action on both engines, opcodes by area;
+    litegate's own code runs only under its engine, and every request that
+    writes passes through the gate's code."""
+    result = main_result(["bench", "web", "--profile", "2", "--out", str(tmp_path)], tmp_path)
+    prof = result["profile"]
+    assert list(prof) == ["tuned", "litegate"]
+    for engine, actions in prof.items():
+        assert list(actions) == list(bench._profile.ACTIONS)
+        for p in actions.values():
+            assert p["cpu_us"] > 0
+            assert set(p["opcodes"]) == set(bench._profile.AREAS)
+            assert (p["opcodes"]["litegate"] > 0) == (engine == "litegate")
+            assert p["opcodes"]["django.db"] > 0
+    assert any("_gate.py" in site for site, _us in prof["litegate"]["post_create"]["top"])
+    assert "a Django request's cost per engine" in bench.render(result)
+
+
+def main_result(argv: list[str], out: Path) -> dict[str, Any]:
+    """Run ``litegate`` with ``argv``; the JSON result it wrote under ``out``."""
+    import json
+
+    assert main(argv) == 0
+    (found,) = out.glob("**/web.json")
+    data: dict[str, Any] = json.loads(found.read_text())
+    return data
+
+
 def test_hey_summary_is_parsed() -> None:
     s = _hey.parse((HERE / "hey-sample.txt").read_text())
     assert (s.total_s, s.slowest_s, s.fastest_s, s.average_s, s.rps) == (
