@@ -17,6 +17,7 @@ pytest.importorskip("gunicorn", reason="pip install -e '.[web]'")
 from litegate.__main__ import main
 from litegate.lab import web as bench
 from litegate.lab.web import _acks, _hey
+from litegate.lab.web._actions import ACTIONS
 from litegate.lab.web._server import Server
 from tests.litegate.lab.web import procs
 from tests.litegate.lab.web.conftest import copy_of
@@ -136,7 +137,7 @@ def test_bench_web_profile_counts_each_engine_per_action(tmp_path: Path) -> None
     prof = result["profile"]
     assert list(prof) == ["tuned", "litegate"]
     for engine, actions in prof.items():
-        assert list(actions) == list(bench._profile.ACTIONS)
+        assert list(actions) == list(ACTIONS)
         for p in actions.values():
             assert p["cpu_us"] > 0
             assert set(p["opcodes"]) == set(bench._profile.AREAS)
