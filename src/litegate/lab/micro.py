@@ -121,7 +121,8 @@ class Config:
 
 
 def parse_setting(text: str) -> dict[str, Any]:
-    """``"checkpoints=false,profile=aggressive"`` -> connect() keyword arguments."""
+    """``"checkpoints=false,profile=aggressive"`` -> connect() keyword arguments;
+    ``pragma.NAME=VALUE`` items go into ``pragmas`` (``pragma.mmap_size=134217728``)."""
     out: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, raw = part.partition("=")
@@ -139,7 +140,11 @@ def parse_setting(text: str) -> dict[str, Any]:
             except ValueError:
                 with suppress(ValueError):
                     value = float(value)
-        out[key.strip()] = value
+        key = key.strip()
+        if key.startswith("pragma."):
+            out.setdefault("pragmas", {})[key.removeprefix("pragma.")] = value
+        else:
+            out[key] = value
     return out
 
 
@@ -952,7 +957,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar=("A", "B"),
         default=None,
         help="A/B of two litegate configurations instead of litegate vs sqlite3, "
-        "e.g. --compare checkpoints=true checkpoints=false",
+        "e.g. --compare checkpoints=true checkpoints=false; pragma.NAME=VALUE sets one "
+        "PRAGMA (--compare profile=default profile=default,pragma.mmap_size=134217728)",
     )
     g.add_argument(
         "--only",

@@ -17,6 +17,9 @@ def test_parse_setting() -> None:
         "readers": 3,
     }
     assert micro.parse_setting("timeout=2.5") == {"timeout": 2.5}
+    assert micro.parse_setting("pragma.mmap_size=134217728,pragma.temp_store=FILE") == {
+        "pragmas": {"mmap_size": 134217728, "temp_store": "FILE"}
+    }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         micro.parse_setting("checkpoints")
 
