@@ -629,6 +629,37 @@ class ProcessLock:
             _U64.pack_into(self._map, _H_IDLE, self._pid)
         return True
 
+    def keep_idle_unless_due(self) -> bool:
+        """Keep the gate idle if the doorbell works and nobody waits, or the
+        head waiter (of another process) is still within its budget: a
+        process that writes again at once then takes it back without a
+        system call, as a barger would take a free gate, and its keeper lets
+        it go when the head's budget runs out or the process stops writing
+        (see ``FileGate._keep``)."""
+        if self._want is None:
+            return False
+        head = self._head()
+        if head is not None and self._due(head[1], time.monotonic_ns()):
+            return False
+        if not self.idle:
+            self.idle = True
+            _U64.pack_into(self._map, _H_IDLE, self._pid)
+        return True
+
+    def head_due_in(self) -> float | None:
+        """Seconds until the head waiter's time budget runs out (0: due now);
+        None if nobody waits."""
+        head = self._head()
+        if head is None:
+            return None
+        now = time.monotonic_ns()
+        if self._due(head[1], now):
+            return 0.0
+        t_us = head[1][6]
+        if t_us == _NO_LIMIT:
+            return math.inf
+        return max(0.0, (head[1][3] + t_us * 1000 - now) / 1e9)
+
     def keep_idle(self) -> None:
         """We hold the gate and nobody waits for it: keep it with no
         transaction running, so our next transaction takes it back without a

@@ -155,9 +155,12 @@ class FileGate:
         self._ticket = -1
         # Keeping the gate while idle: a process that writes again within
         # HOT_GAP_NS of its last release ("hot") keeps the cross-process gate
-        # when nobody waits, and takes it back without a system call; its
-        # keeper thread lets go when another process rings.
+        # when nobody waits, or while the head waiter of another process is
+        # within its budget, and takes it back without a system call; its
+        # keeper thread lets go when the head's budget runs out or when the
+        # process has not written for HOT_GAP_NS while someone waits.
         self._released_ns = 0
+        self._kept_ns = 0  # when the gate was last kept idle
         self._hot = False
         self._keeper: threading.Thread | None = None
         self._closing = False
@@ -377,8 +380,9 @@ class FileGate:
             self._hot
             and self._grant is None
             and not self.lock._waiters
-            and self.plock.keep_idle_if_alone()
+            and self.plock.keep_idle_unless_due()
         ):
+            self._kept_ns = time.monotonic_ns()
             if self._keeper is None:
                 self._start_keeper()
             self.lock.release(False)
@@ -468,8 +472,9 @@ class FileGate:
                     plock.release()
                 else:
                     kept_for_waiters = True  # for our own next waiter (a cohort)
-            elif self._hot and plock.keep_idle_if_alone():
-                # ours again without a system call, unless someone rings
+            elif self._hot and plock.keep_idle_unless_due():
+                # ours again without a system call, until the keeper lets go
+                self._kept_ns = time.monotonic_ns()
                 if self._keeper is None:
                     self._start_keeper()
             else:
@@ -495,6 +500,8 @@ class FileGate:
     # Between a release and this process's next request for the gate, at most
     # this long for the process to count as hot (and keep the gate idle).
     HOT_GAP_NS = 500_000
+    # The keeper's next look when it must let go but a transaction of ours runs.
+    BUSY_LOOK_SECONDS = 0.0001
 
     def _start_keeper(self) -> None:
         self._keeper = threading.Thread(
@@ -504,21 +511,38 @@ class FileGate:
 
     def _keep(self) -> None:
         """The keeper: while this process keeps the gate idle, wait for the
-        doorbell; when another process rings, let the gate go (handing it to
-        the head that rang) unless one of our threads is using it."""
+        doorbell (another process's waiter rings it); while someone waits,
+        let the gate go (handing it to the head) once the head's budget has
+        run out or this process has not taken the gate back for HOT_GAP_NS,
+        unless one of our threads is using it (its release decides then)."""
         plock = self.plock
         while not self._closing:
             seen = plock.doorbell()
-            if plock.idle and not plock.nobody_waits():
-                self._let_go_idle()
-                continue
-            plock.wait_doorbell(seen, 1.0)
-            if plock.idle and not plock.nobody_waits():
-                self._let_go_idle()
+            sleep = 1.0
+            if plock.idle:
+                left = self._keep_left()
+                if left is not None:
+                    if left > 0:
+                        sleep = left
+                    elif self._let_go_idle():
+                        continue
+                    else:  # a transaction of ours runs: look again in a moment
+                        sleep = self.BUSY_LOOK_SECONDS
+            plock.wait_doorbell(seen, sleep)
 
-    def _let_go_idle(self) -> None:
+    def _keep_left(self) -> float | None:
+        """Seconds the gate kept idle may stay so while another process
+        waits (0: let go now); None if nobody waits."""
+        due_in = self.plock.head_due_in()
+        if due_in is None:
+            return None
+        cold_in = (self._kept_ns + self.HOT_GAP_NS - time.monotonic_ns()) / 1e9
+        return min(due_in, cold_in)
+
+    def _let_go_idle(self) -> bool:
+        """False if one of our threads has the gate (its release decides)."""
         if not self.lock.try_acquire():
-            return  # one of our threads has it: its release hands over
+            return False
         try:
             if self._cohort and self.plock.idle:
                 self._cohort = False
@@ -526,6 +550,7 @@ class FileGate:
                 self.plock.release(wake=True)
         finally:
             self.lock.release()
+        return True
 
     @property
     def held(self) -> bool:

@@ -325,8 +325,12 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
 # -- keeping the gate while idle ------------------------------------------------------------
 
 
-def _write_then_idle(path: str, ready: Any) -> None:
-    db = litegate.connect(path, timeout=60)
+# A budget no waiter spends in a test: only the holder going cold lets go.
+_LONG = litegate.Bounded(10**6, 3600.0)
+
+
+def _write_then_idle(path: str, ready: Any, fair: Any = True) -> None:
+    db = litegate.connect(path, timeout=60, fair=fair)
     for i in range(200):  # back to back: the process is "hot" and keeps the gate idle
         db.execute("INSERT INTO t(v) VALUES (?)", (f"a{i}",))
     ready.set()
@@ -335,18 +339,21 @@ def _write_then_idle(path: str, ready: Any) -> None:
 
 
 @pytest.mark.skipif(not _futex.AVAILABLE, reason="idle keeping needs the futex doorbell")
-@pytest.mark.parametrize("end", ["asks", "sigkill"])
+@pytest.mark.parametrize("end", ["asks", "asks-long-budget", "sigkill"])
 def test_an_idle_holder_lets_the_gate_go(db_path: str, end: str) -> None:
     """A process that wrote back to back keeps the gate while idle (its next
     write needs no system call); another process that asks gets it (the idle
-    holder's keeper lets go), and so does one after the holder is killed."""
+    holder's keeper lets go), and so does one after the holder is killed.
+    With a budget that never runs out (an hour), the holder lets go because
+    it stopped writing (HOT_GAP_NS), not because the waiter's budget is spent."""
+    fair = _LONG if end == "asks-long-budget" else True
     from litegate._filelock import read_counters
 
     with litegate.connect(db_path) as db:
         db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
     ctx: Any = mp.get_context("spawn")
     ready = ctx.Event()
-    p = ctx.Process(target=_write_then_idle, args=(db_path, ready))
+    p = ctx.Process(target=_write_then_idle, args=(db_path, ready, fair))
     p.start()
     try:
         assert ready.wait(60)
@@ -358,7 +365,7 @@ def test_an_idle_holder_lets_the_gate_go(db_path: str, end: str) -> None:
             assert p.pid is not None
             os.kill(p.pid, signal.SIGKILL)
             p.join(30)
-        db = litegate.connect(db_path, timeout=30)
+        db = litegate.connect(db_path, timeout=30, fair=fair)
         db.execute("INSERT INTO t(v) VALUES ('b')")  # would time out if nobody let go
         assert db.query("SELECT count(*) FROM t") == [(201,)]
         db.close()
