@@ -292,8 +292,26 @@ class Core:
         return None if due is None else float(due)
 
     # -- finishing ------------------------------------------------------------
+    def _mine(self, jobs: Iterable[Job], what: str) -> list[Job]:
+        """The Job objects, checked before anything is sent: each must come
+        from a claim of this queue. A job of another queue is refused whole
+        (nothing changes), though its token would match: acking it here would
+        change the other queue's job behind its name's back."""
+        todo = _check_jobs(jobs, what)
+        foreign = [j for j in todo if j.queue != self.name]
+        if foreign:
+            names = sorted({j.queue for j in foreign})
+            where = " and ".join(repr(n) for n in names)
+            raise JobNotFound(
+                f"cannot {what} job(s) {_ids([j.id for j in foreign])}: they belong to queue "
+                f"{where}, not {self.name!r}; nothing was changed. Call {what} on the queue "
+                f"that claimed them: Queue(db, {names[0]!r})",
+                [j.id for j in foreign],
+            )
+        return todo
+
     def ack(self, jobs: Iterable[Job], also: Also | None = None) -> Step[int]:
-        todo = _check_jobs(jobs, "ack")
+        todo = self._mine(jobs, "ack")
         if not todo:
             return 0
         owned = list(dict.fromkeys((j.id, j.token) for j in todo))
@@ -319,7 +337,7 @@ class Core:
         return min(self.retry_max, base * random.uniform(0.75, 1.25))
 
     def fail(self, job: Job, error: str, retry_in: float | None) -> Step[str]:
-        (job,) = _check_jobs([job], "fail")
+        (job,) = self._mine([job], "fail")
         if not isinstance(error, str):
             error = repr(error)
         delay = (
@@ -343,7 +361,7 @@ class Core:
         return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
 
     def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
-        todo = _check_jobs(jobs, "extend")
+        todo = self._mine(jobs, "extend")
         lease = _seconds("lease", lease, zero_ok=False)
         if not todo:
             return time.time() + lease
@@ -363,7 +381,7 @@ class Core:
         return float(until)
 
     def release(self, jobs: Iterable[Job]) -> Step[int]:
-        todo = _check_jobs(jobs, "release")
+        todo = self._mine(jobs, "release")
         if not todo:
             return 0
         lost: list[int] = yield Tx(

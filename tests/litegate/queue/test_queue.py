@@ -622,3 +622,37 @@ def test_aio_claim_cancelled_mid_flight_gives_its_jobs_back(
         await q.close()
 
     asyncio.run(main())
+
+
+def test_a_job_of_another_queue_is_refused_and_left_alone(make_queue: MakeQueue) -> None:
+    """Issue 17 item 7: ``Queue(db, "b").ack(job_of_a)`` used to ack the job
+    in queue a (its token matched). Every finishing call now refuses it
+    before anything is sent, saying whose job it is."""
+    a, b = make_queue("a"), make_queue("b")
+    jid = a.put("x")
+    (job,) = a.claim()
+    mine = b.put("y")
+    (other,) = b.claim()
+    calls: list[tuple[str, Any]] = [
+        ("ack", lambda: b.ack(job)),
+        ("ack", lambda: b.ack_many([other, job])),  # mixed: refused whole
+        ("fail", lambda: b.fail(job, "x")),
+        ("extend", lambda: b.extend(job)),
+        ("extend", lambda: b.extend_many([other, job])),
+        ("release", lambda: b.release(job)),
+        ("release", lambda: b.release([other, job])),
+    ]
+    for what, call in calls:
+        with pytest.raises(JobNotFound) as info:
+            call()
+        assert info.value.job_ids == [jid]
+        assert isinstance(info.value, litegate.Error)
+        message = str(info.value)
+        assert f"cannot {what}" in message and "belong to queue 'a'" in message
+        assert "Queue(db, 'a')" in message and "nothing was changed" in message
+    after = a.get(jid)
+    assert (after.state, after.attempts) == ("leased", 1)
+    assert b.get(mine).state == "leased"  # the other queue's job in the same call: untouched
+    a.ack(job)  # its own queue still takes it
+    b.ack(other)
+    assert (a.get(jid).state, b.get(mine).state) == ("done", "done")
