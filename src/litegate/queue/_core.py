@@ -380,12 +380,14 @@ class Core:
             )
         return float(until)
 
-    def release(self, jobs: Iterable[Job]) -> Step[int]:
+    def release(self, jobs: Iterable[Job], also: Also | None = None) -> Step[int]:
         todo = self._mine(jobs, "release")
         if not todo:
             return 0
+        owned = [(j.id, j.token) for j in todo]
+        release = partial(self.store.release, owned=owned)
         lost: list[int] = yield Tx(
-            partial(self.store.release, owned=[(j.id, j.token) for j in todo])
+            release if also is None else partial(_ack_also, release, owned, also)
         )
         if lost:
             raise LeaseLost(
@@ -425,15 +427,23 @@ class Core:
         return [_info(r) for r in rows]
 
     def retry_dead(self, ids: Iterable[int] | None) -> Step[int]:
+        if ids is not None and (
+            isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable)
+        ):
+            raise ConfigError(
+                f"retry_dead takes a list of job ids (retry_dead([{ids!r}]) for one), or "
+                f"nothing to revive every dead job of the queue; got {ids!r}"
+            )
         wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]
-        revived, unknown = yield Tx(
+        revived, refused = yield Tx(
             partial(self.store.retry_dead, queue=self.name, ids=wanted, now=time.time())
         )
-        if unknown:
+        if refused:
             raise JobNotFound(
-                f"no job(s) {_ids(unknown)} in queue {self.name!r}; nothing was revived. "
-                "Pass ids from q.dead()",
-                unknown,
+                f"retry_dead revives dead jobs only, and {_states(refused)} of queue "
+                f"{self.name!r}; nothing was revived. Pass ids from q.dead() (q.get(id).state "
+                "says where a job is)",
+                [jid for jid, _ in refused],
             )
         return int(revived)
 
@@ -477,12 +487,26 @@ def _claim_also(claim: Callable[..., Any], also: Also, conn: Any) -> Any:
 def _ack_also(
     ack: Callable[..., list[int]], owned: list[tuple[int, int]], also: Also, conn: Any
 ) -> list[int]:
+    """``ack(conn)`` (or a release: same shape), then ``also`` with the ids
+    it changed, in the same transaction."""
     lost = ack(conn)
     gone = set(lost)
     acked = [jid for jid, _ in owned if jid not in gone]
     if acked:
         also(conn, acked)
     return lost
+
+
+def _states(refused: Sequence[tuple[int, int | None]]) -> str:
+    """'job 4 is done, job 9 does not exist here', for retry_dead's refusal."""
+    parts = []
+    for jid, state in refused[:10]:
+        if state is None:
+            parts.append(f"job {jid} does not exist here")
+        else:
+            parts.append(f"job {jid} is {_STATE_NAMES.get(state, 'waiting to run')}")
+    more = f" (and {len(refused) - 10} more are not dead)" if len(refused) > 10 else ""
+    return ", ".join(parts) + more
 
 
 def _ids(ids: Sequence[int]) -> str:

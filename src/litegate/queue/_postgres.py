@@ -518,21 +518,26 @@ _REVIVE = (
 
 def retry_dead(
     conn: Any, queue: str, ids: Sequence[int] | None, now: float
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[tuple[int, int | None]]]:
     """Revive dead jobs (all of the queue's, or these ids) with fresh
-    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    attempts. Returns (revived, refused): the ids that are not dead jobs of
+    this queue, with their state (None: no such job here); if there are any,
+    nothing changes."""
     if ids is None:
         n = len(conn.execute(_REVIVE + " RETURNING id", (queue,)).fetchall())
     else:
-        known = {
-            r[0]
+        # FOR UPDATE: the states checked are the states revived (no other
+        # transaction changes these rows until this one commits).
+        states = {
+            r[0]: int(r[1])
             for r in conn.execute(
-                f"SELECT id FROM {TABLE} WHERE id = ANY(%s) AND queue = %s", (list(ids), queue)
+                f"SELECT id, state FROM {TABLE} WHERE id = ANY(%s) AND queue = %s FOR UPDATE",
+                (list(ids), queue),
             ).fetchall()
         }
-        unknown = [jid for jid in ids if jid not in known]
-        if unknown:
-            return 0, unknown
+        refused = [(jid, states.get(jid)) for jid in ids if states.get(jid) != DEAD]
+        if refused:
+            return 0, refused
         n = len(
             conn.execute(_REVIVE + " AND id = ANY(%s) RETURNING id", (queue, list(ids))).fetchall()
         )

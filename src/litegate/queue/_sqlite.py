@@ -284,23 +284,26 @@ def release(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]]) -> list[
 
 def retry_dead(
     conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: float
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[tuple[int, int | None]]]:
     """Revive dead jobs (all of the queue's, or these ids) with fresh
-    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    attempts. Returns (revived, refused): ``refused`` lists the ids that are
+    not dead jobs of this queue with their state (None: no such job here);
+    if there are any, nothing changes."""
     revive = (
         f"UPDATE {TABLE} SET state = 0, attempts = 0, run_at = ?, done_at = NULL, token = NULL "
         "WHERE queue = ? AND state = 3"
     )
     if ids is None:
         return conn.execute(revive, (now, queue)).rowcount, []
-    unknown = [
-        jid
-        for jid in ids
-        if conn.execute(f"SELECT 1 FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue))
-        .fetchone() is None
-    ]  # fmt: skip
-    if unknown:
-        return 0, unknown
+    refused: list[tuple[int, int | None]] = []
+    for jid in ids:
+        row = conn.execute(
+            f"SELECT state FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue)
+        ).fetchone()
+        if row is None or row[0] != DEAD:
+            refused.append((jid, None if row is None else int(row[0])))
+    if refused:
+        return 0, refused
     n = 0
     for jid in ids:
         n += conn.execute(revive + " AND id = ?", (now, queue, jid)).rowcount

@@ -258,6 +258,8 @@ class Worker:
       the handler returned is ``value``): records that must change exactly
       when the job does, such as a result table. The gate is held while
       they run; if one raises, that claim or ack is rolled back and retried.
+      ``on_release(conn, job_ids)`` runs inside the release of jobs claimed
+      but never started (at stop): undo there what ``on_claim`` recorded.
 
     Thread-safe: :meth:`stop` and :meth:`stats` may be called from any thread,
     and :meth:`stop` from a signal handler.
@@ -282,6 +284,7 @@ class Worker:
         retry_max: float | None = None,
         on_claim: Also | None = None,
         on_ack: Callable[[Any, list[tuple[Job, Any]]], None] | None = None,
+        on_release: Also | None = None,
     ) -> None:
         if isinstance(handler, str):
             handler = load_handler(handler)
@@ -312,6 +315,11 @@ class Worker:
         self._ack_delay = _seconds("ack_delay", ack_delay, zero_ok=True)
         self._on_claim = on_claim
         self._on_ack = on_ack
+        self._on_release = on_release
+        # Which handler values are failures recorded by the ack (the Django
+        # tasks runner returns a FAILED outcome instead of raising): counted
+        # as "failed", not "acked". None: every acked value is a success.
+        self._failure: Callable[[Any], bool] | None = None
 
         if isinstance(queue, Queue):
             if retry_base is not None or retry_max is not None:
@@ -620,7 +628,7 @@ class Worker:
         jobs = [h.job for h in held]
         released, lost = len(jobs), 0
         try:
-            self._queue.release(jobs)
+            self._queue.release(jobs, also=self._on_release)
         except LeaseLost as exc:
             lost = len(exc.job_ids)
             released -= lost
@@ -814,8 +822,12 @@ class Worker:
                     self._done.appendleft(h)
             self._hb_stop.wait(0.2)
             return False
+        failures = 0
+        if self._failure is not None:
+            failures = sum(1 for h in batch if h.job.id not in lost and self._failure(h.value))
         with self._lock:
-            self._counters["acked"] += len(batch) - len(lost)
+            self._counters["acked"] += len(batch) - len(lost) - failures
+            self._counters["failed"] += failures
             self._counters["lease_lost"] += len(lost)
             self._held.difference_update(batch)
             self._cond.notify_all()

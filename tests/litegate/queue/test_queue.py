@@ -656,3 +656,38 @@ def test_a_job_of_another_queue_is_refused_and_left_alone(make_queue: MakeQueue)
     a.ack(job)  # its own queue still takes it
     b.ack(other)
     assert (a.get(jid).state, b.get(mine).state) == ("done", "done")
+
+
+def test_retry_dead_of_jobs_that_are_not_dead_says_so_and_revives_nothing(
+    make_queue: MakeQueue,
+) -> None:
+    """Issue 17 item 16: ``retry_dead([id that is not dead])`` returned 0 as
+    if there was nothing to do; ``retry_dead(5)`` raised an untyped error."""
+    q = make_queue()
+    dead = q.put("d", max_attempts=1)
+    q.fail(q.claim()[0], "x")
+    done, waiting = q.put("done"), q.put("waiting")
+    q.ack(q.claim()[0])
+    with pytest.raises(JobNotFound) as info:
+        q.retry_dead([dead, done, waiting, 999_999])
+    assert info.value.job_ids == [done, waiting, 999_999]
+    message = str(info.value)
+    for words in (
+        f"job {done} is done",
+        f"job {waiting} is waiting to run",
+        "job 999999 does not exist here",
+        "nothing was revived",
+        "q.dead()",
+    ):
+        assert words in message
+    assert (state_of(q, dead), state_of(q, done), state_of(q, waiting)) == (
+        "dead",
+        "done",
+        "ready",
+    )
+    for bad in (5, "5", b"5", {"id": 5}):
+        with pytest.raises(litegate.ConfigError, match=r"list of job ids \(retry_dead\(\["):
+            q.retry_dead(bad)
+    assert state_of(q, dead) == "dead"
+    assert q.retry_dead([dead]) == 1
+    assert q.retry_dead() == 0  # none left: 0 means no dead jobs
