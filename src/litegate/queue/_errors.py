@@ -62,4 +62,7 @@ class ServerUnavailable(QueueError, OpenError):
 class CommitUnknown(QueueError):
     """The connection to PostgreSQL broke while a transaction was being
     committed: it may or may not have been. Look (``q.get``, ``q.counts``,
-    a dedupe ``key=`` on ``put``) before doing it again."""
+    a dedupe ``key=`` on ``put``) before doing a ``put`` again. An ``ack``,
+    ``fail``, ``extend`` or ``release`` may be called again with the same
+    Job: if the first try committed, the retry finds that by the job's
+    token and reports success (see the README's "A lost answer")."""

@@ -258,7 +258,12 @@ class Queue(QueueFace):
     # -- finishing ----------------------------------------------------------------
     def ack(self, job: Job) -> None:
         """Mark the job done. :class:`LeaseLost` (and nothing changed) if this
-        worker no longer holds it."""
+        worker no longer holds it.
+
+        If an ``ack``, ``fail``, ``extend`` or ``release`` raised instead of
+        answering (:class:`CommitUnknown`, an interrupt), call it again with
+        the same Job: a first try that did commit is found by the job's
+        token, and the retry reports success instead of LeaseLost."""
         self.ack_many([job])
 
     def ack_many(self, jobs: Iterable[Job], *, also: Also | None = None) -> None:
