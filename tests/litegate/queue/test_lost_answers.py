@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from litegate.queue import CommitUnknown, Job, LeaseLost, Queue, Worker
+from litegate.queue import CommitUnknown, Job, LeaseLost, Queue, Worker, aio
 from litegate.queue._pgdb import PgDatabase
 
 
@@ -243,3 +243,35 @@ def test_the_worker_counts_an_ack_whose_answer_was_lost_as_acked(q: Queue) -> No
         stats = w.run()
     assert [q.get(i).state for i in ids] == ["done"] * 5
     assert (stats["acked"], stats["lease_lost"], stats["errors"]) == (5, 0, 1)
+
+
+def test_an_aio_ack_cancelled_after_its_commit_is_resolved_on_retry(queue_db: str) -> None:
+    """The asyncio face, where a lost answer is ordinary: the task awaiting
+    ``ack`` is cancelled after the write committed (the commit runs on
+    another thread and does not stop for the cancellation)."""
+    import asyncio
+
+    async def main() -> None:
+        q = await aio.Queue.open(queue_db, "lost")
+        try:
+            jid = await q.put("x")
+            (job,) = await q.claim()
+            db: Any = q.db
+            real = db.transact
+
+            async def transact(fn: Callable[[Any], Any], **kw: Any) -> Any:
+                del db.transact  # once
+                await real(fn, **kw)
+                raise asyncio.CancelledError
+
+            db.transact = transact
+            with pytest.raises(asyncio.CancelledError):
+                await q.ack(job)
+            assert (await q.get(jid)).state == "done"
+            await q.ack(job)  # the retry: success
+            with pytest.raises(LeaseLost):
+                await q.ack(job)
+        finally:
+            await q.close()
+
+    asyncio.run(main())
