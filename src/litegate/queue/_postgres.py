@@ -575,12 +575,12 @@ _COLUMNS = (
     f"{_epoch('now()')}"
 )
 SELECT_JOB = f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %(id)s"
+# Where the jobs of a call now are, by whom (see _sqlite.SELECT_FINISHED).
+SELECT_FINISHED = f"SELECT id, state, token FROM {TABLE} WHERE id = ANY(%(ids)s)"
 SELECT_DEAD = (
     f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
     "ORDER BY done_at DESC LIMIT %(limit)s"
 )
-# Where the jobs of a call now are, by whom (see _sqlite.SELECT_FINISHED).
-SELECT_FINISHED = f"SELECT id, state, token FROM {TABLE} WHERE id = ANY(%(ids)s)"
 COUNTS = f"""
 SELECT (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at <= now()),
        (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at > now()),

@@ -341,14 +341,14 @@ COLUMNS = (
     "last_error, created_at, done_at"
 )
 SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = :id"
-SELECT_DEAD = (
-    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
-    "ORDER BY done_at DESC LIMIT :limit"
-)
 # Where the jobs of a call now are, by whom: a call tried again after its
 # answer was lost looks here for its own finished work.
 SELECT_FINISHED = (
     f"SELECT id, state, token FROM {TABLE} WHERE id IN (SELECT value FROM json_each(:ids_json))"
+)
+SELECT_DEAD = (
+    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
+    "ORDER BY done_at DESC LIMIT :limit"
 )
 COUNTS = f"""
 SELECT (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 0 AND run_at <= :now),
