@@ -698,16 +698,40 @@ class Worker:
                 return
             h.state = _FINISHING
         try:
-            self._fail(h.job, error)
+            self._record_failure(h.job, error)
         finally:
             with self._lock:
                 self._held.discard(h)
                 self._running -= 1
                 self._cond.notify_all()
 
-    def _fail(self, job: Job, error: BaseException) -> None:
+    def _fail(self, job: Job, text: str) -> str:
+        """``q.fail``, tried again on a database error while the lease lasts:
+        safe, since a try whose answer was lost but that did commit is found
+        by the job's token (the retry reports it; nothing is recorded twice)."""
+        pause = 0.1
+        while True:
+            try:
+                state: str = self._queue.fail(job, error=text)
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if self._exiting or time.time() + pause >= job.lease_until:
+                    raise
+                self._count("errors")
+                log.warning(
+                    "recording the failure of job %d failed (%s); trying again",
+                    job.id,
+                    _summary(exc),
+                )
+                self._hb_stop.wait(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            return state
+
+    def _record_failure(self, job: Job, error: BaseException) -> None:
         try:
-            state = self._queue.fail(job, error=format_error(error))
+            state = self._fail(job, format_error(error))
         except LeaseLost:
             self._count("lease_lost")
             log.warning(

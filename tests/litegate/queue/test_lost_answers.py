@@ -20,6 +20,7 @@ work was done, so it succeeds (before, ack, fail and release said LeaseLost).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -29,6 +30,7 @@ import pytest
 
 from litegate.queue import CommitUnknown, Job, LeaseLost, Queue, Worker, aio
 from litegate.queue._pgdb import PgDatabase
+from tests.conftest import wait_until
 
 
 class LostAnswer(Exception):
@@ -275,3 +277,29 @@ def test_an_aio_ack_cancelled_after_its_commit_is_resolved_on_retry(queue_db: st
             await q.close()
 
     asyncio.run(main())
+
+
+def test_the_worker_records_a_failure_whose_answer_was_lost_once(queue_db: str) -> None:
+    """The worker tries a failed ``fail`` again (while the lease lasts): the
+    retry finds the failure recorded, and counts it, once. (Before, it logged
+    that recording the failure failed, though it was recorded.)"""
+
+    def handler(payload: Any) -> None:
+        raise ValueError("boom")
+
+    with Queue(queue_db, "lost", retry_base=60, retry_max=60) as q:
+        jid = q.put("x", max_attempts=3)
+        done: dict[str, Any] = {}
+        with next_answer_lost(q, "fail"):
+            w = Worker(q, handler, concurrency=1)
+            runner = threading.Thread(target=lambda: done.update(w.run()))
+            runner.start()
+            try:
+                wait_until(lambda: w.stats()["failed"] == 1, what="the failure recorded")
+            finally:
+                w.stop()
+                runner.join(30)
+        info = q.get(jid)
+        assert (info.state, info.attempts) == ("scheduled", 1)
+        assert (info.last_error or "").startswith("ValueError: boom")
+    assert (done["failed"], done["lease_lost"], done["errors"]) == (1, 0, 1)
