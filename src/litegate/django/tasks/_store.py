@@ -78,7 +78,8 @@ def started(conn: sqlite3.Connection, job_ids: Sequence[int], worker_id: str) ->
 # its claim recorded a start that did not happen. The row goes back to how
 # it was: gone if that claim made it, else READY (not RUNNING, which the next
 # start would take for a worker that died mid-task: a false WorkerLost)
-# without the releasing worker's id.
+# without the releasing worker's id. (Its last_attempted_at keeps the
+# released claim's time: the earlier attempt's is not kept anywhere.)
 _RELEASED_FIRST = f"""
 DELETE FROM {TABLE}
  WHERE job_id = ? AND status = 'RUNNING' AND errors = '[]'
