@@ -308,8 +308,8 @@ class Core:
             where = " and ".join(repr(n) for n in names)
             raise JobNotFound(
                 f"cannot {what} job(s) {_ids([j.id for j in foreign])}: they belong to queue "
-                f"{where}, not {self.name!r}; nothing was changed. Call {what} on the queue "
-                f"that claimed them: Queue(db, {names[0]!r})",
+                f"{where}, not {self.name!r}; nothing was changed. Use the queue that claimed "
+                f"them: Queue(db, {names[0]!r}).{what}(...)",
                 [j.id for j in foreign],
             )
         return todo
@@ -402,17 +402,18 @@ class Core:
         lease = _seconds("lease", lease, zero_ok=False)
         if not todo:
             return time.time() + lease
-        owned = [(j.id, j.token) for j in todo]
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once
         lost, until = yield Tx(partial(self.store.extend, owned=owned, lease=lease))
         for job in todo:
             if job.id not in lost:
                 job.lease_until = until
         if lost:
-            if len(todo) == 1:
+            if len(owned) == 1:
                 raise self._lost(todo[0], "extend")
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
-                f"their leases were not extended (the other {len(todo) - len(lost)} were)",
+                f"their leases were not extended (the other {len(owned) - len(lost)} were). "
+                "Stop working on them: whoever holds them now will finish them",
                 lost,
             )
         return float(until)
@@ -421,7 +422,7 @@ class Core:
         todo = self._mine(jobs, "release")
         if not todo:
             return 0
-        owned = [(j.id, j.token) for j in todo]
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once, as ack
         release = partial(self.store.release, owned=owned)
         try:
             lost: list[int] = yield Tx(
@@ -437,10 +438,11 @@ class Core:
         if lost:
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
-                "they were not released (someone else holds them or they are finished)" + hint,
+                "they were not released (someone else holds them or they are finished). "
+                "Stop working on them: whoever holds them now will finish them" + hint,
                 lost,
             )
-        return len(todo)
+        return len(owned)
 
     def _lost(self, job: Job, what: str, hint: str = "") -> LeaseLost:
         return LeaseLost(
@@ -476,8 +478,9 @@ class Core:
             isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable)
         ):
             raise ConfigError(
-                f"retry_dead takes a list of job ids (retry_dead([{ids!r}]) for one), or "
-                f"nothing to revive every dead job of the queue; got {ids!r}"
+                f"retry_dead takes a list of job ids, got {ids!r}: pass a list "
+                f"(retry_dead([{ids!r}]) for one), or nothing to revive every dead job of "
+                "the queue"
             )
         wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]
         revived, refused = yield Tx(

@@ -686,7 +686,7 @@ def test_retry_dead_of_jobs_that_are_not_dead_says_so_and_revives_nothing(
         "ready",
     )
     for bad in (5, "5", b"5", {"id": 5}):
-        with pytest.raises(litegate.ConfigError, match=r"list of job ids \(retry_dead\(\["):
+        with pytest.raises(litegate.ConfigError, match=r"list of job ids, got .*: pass a list"):
             q.retry_dead(bad)
     assert state_of(q, dead) == "dead"
     assert q.retry_dead([dead]) == 1
