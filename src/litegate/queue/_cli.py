@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import Error
+from .._errors import Error, OpenError
+from ._pgdb import is_url
 from ._worker import HandlerError, Worker, load_handler
 
 log = logging.getLogger("litegate.worker")
@@ -66,7 +67,8 @@ EPILOG = """\
 exit status:
   0  stopped cleanly (a signal, or --burst found the queue empty)
   1  stopped with running jobs abandoned (--grace ran out, or a second signal)
-  2  bad arguments: the handler does not import, the database cannot be opened
+  2  bad arguments: the handler does not import, the database cannot be opened or
+     does not exist (--create makes a new one)
 
 examples:
   litegate worker myapp.tasks:send_email --db app.db --queue emails --concurrency 8
@@ -95,6 +97,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--db",
         metavar="PATH|URL",
         help="the SQLite database file, or a postgresql:// URL; not with --django",
+    )
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="make the SQLite file if it does not exist (without it, a missing file is an "
+        "error: a mistyped path would make a new, empty database no job ever reaches)",
     )
     p.add_argument("--queue", default="default", metavar="NAME", help='queue name ("default")')
     p.add_argument(
@@ -260,6 +268,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "handler": args.handler,
         "db": args.db,
+        "create": args.create,
         "django": args.django,
         "settings": args.settings,
         "backend": args.backend,
@@ -271,7 +280,10 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 def make_worker(config: dict[str, Any]) -> Worker:
     """The Worker of ``config`` (from :func:`_config`), in this process."""
     if not config.get("django"):
-        return Worker(config["db"], load_handler(config["handler"]), **config["options"])
+        handler = load_handler(config["handler"])
+        if not config.get("create"):
+            _must_exist(config["db"])
+        return Worker(config["db"], handler, **config["options"])
     if config.get("settings"):
         os.environ["DJANGO_SETTINGS_MODULE"] = config["settings"]
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
@@ -288,6 +300,19 @@ def make_worker(config: dict[str, Any]) -> Worker:
     except Exception as exc:
         raise HandlerError(f"Django did not start ({type(exc).__name__}: {exc})") from exc
     return django_worker(config["backend"], **config["options"])
+
+
+def _must_exist(db: str) -> None:
+    """A worker serves a database its producers write to: one that is not
+    there is a mistyped path (or the wrong directory), not a new queue.
+    Opening it would make an empty file, and the worker would idle on it."""
+    if is_url(db) or os.path.exists(db):
+        return
+    raise OpenError(
+        f"--db {db}: no such file (relative to {os.getcwd()}); the worker would make a new, "
+        "empty database that no producer writes to. Check the path, or pass --create to "
+        "make a new database"
+    )
 
 
 def _ensure_import_path() -> None:
@@ -599,7 +624,7 @@ class _Supervisor:
             # -SIGTERM: stopped before it could install its handler, holding nothing.
             if code not in (0, -signal.SIGTERM):
                 self.clean = False
-                log.warning("worker process %d exited with %s", pid, _describe(code))
+                log.warning("worker process %d %s", pid, _describe(code))
             return
         if code == 0 and self.args.burst:
             return  # the queue is empty for it: done

@@ -78,6 +78,10 @@ class Job:
     max_attempts: int
     queue: str
     token: int = field(repr=False)
+    # Set when a call finishing the job (ack, fail, release) raised instead
+    # of answering: it may or may not have committed. The same call tried
+    # again then accepts the job's own finished work as its success.
+    _unsure: str | None = field(default=None, init=False, repr=False)
 
     @property
     def last_attempt(self) -> bool:
@@ -271,7 +275,7 @@ class Core:
         n = _whole("n", n, minimum=1)
         lease = _seconds("lease", lease, zero_ok=False)
         # One token per claim: (id, token) is what proves ownership later.
-        token = secrets.randbits(63)
+        token = secrets.randbits(sql.TOKEN_BITS)
         claim = partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
         rows, until = yield Tx(claim if also is None else partial(_claim_also, claim, also))
         if not rows:
@@ -292,13 +296,41 @@ class Core:
         return None if due is None else float(due)
 
     # -- finishing ------------------------------------------------------------
+    def _mine(self, jobs: Iterable[Job], what: str) -> list[Job]:
+        """The Job objects, checked before anything is sent: each must come
+        from a claim of this queue. A job of another queue is refused whole
+        (nothing changes), though its token would match: acking it here would
+        change the other queue's job behind its name's back."""
+        todo = _check_jobs(jobs, what)
+        foreign = [j for j in todo if j.queue != self.name]
+        if foreign:
+            names = sorted({j.queue for j in foreign})
+            where = " and ".join(repr(n) for n in names)
+            raise JobNotFound(
+                f"cannot {what} job(s) {_ids([j.id for j in foreign])}: they belong to queue "
+                f"{where}, not {self.name!r}; nothing was changed. Use the queue that claimed "
+                f"them: Queue(db, {names[0]!r}).{what}(...)",
+                [j.id for j in foreign],
+            )
+        return todo
+
     def ack(self, jobs: Iterable[Job], also: Also | None = None) -> Step[int]:
-        todo = _check_jobs(jobs, "ack")
+        todo = self._mine(jobs, "ack")
         if not todo:
             return 0
         owned = list(dict.fromkeys((j.id, j.token) for j in todo))
         ack = partial(self.store.ack, now=time.time(), owned=owned)
-        lost: list[int] = yield Tx(ack if also is None else partial(_ack_also, ack, owned, also))
+        try:
+            lost: list[int] = yield Tx(
+                ack if also is None else partial(_ack_also, ack, owned, also)
+            )
+        except BaseException:
+            _unsure(todo, "ack")
+            raise
+        if lost:
+            lost = yield from self._own_work(todo, lost, "ack")
+        hint = _retry_hint(todo, lost, "ack")
+        _settled(todo)
         if lost:
             done = len(owned) - len(lost)
             raise LeaseLost(
@@ -306,10 +338,26 @@ class Core:
                 "(the lease expired and another worker claimed them, or they were already "
                 f"acked, failed or released); they were not changed"
                 + (f", and the other {done} were acked" if done else "")
-                + ". Raise lease= or call extend() while working",
+                + ". Raise lease= or call extend() while working"
+                + hint,
                 lost,
             )
         return len(owned)
+
+    def _own_work(self, todo: list[Job], lost: list[int], what: str) -> Step[list[int]]:
+        """Of ``lost``, the ids that are really lost. A job whose earlier
+        ``what`` raised instead of answering (``Job._unsure``) and that the
+        database shows finished that way by this job's token was finished by
+        that earlier try: it committed, only the answer was lost. Its retry
+        reports success (and runs no ``also`` again: that committed with it)."""
+        gone = set(lost)
+        retried = {j.id: j.token for j in todo if j.id in gone and j._unsure == what}
+        if not retried:
+            return lost
+        ids = list(retried)
+        rows = yield Query(self.store.SELECT_FINISHED, {"ids": ids, "ids_json": json.dumps(ids)})
+        mine = {int(r[0]) for r in rows if _finished_by(what, r[1], r[2], retried[int(r[0])])}
+        return [jid for jid in lost if jid not in mine]
 
     def backoff(self, attempt: int) -> float:
         """Seconds before retry number ``attempt``: doubling from
@@ -319,7 +367,7 @@ class Core:
         return min(self.retry_max, base * random.uniform(0.75, 1.25))
 
     def fail(self, job: Job, error: str, retry_in: float | None) -> Step[str]:
-        (job,) = _check_jobs([job], "fail")
+        (job,) = self._mine([job], "fail")
         if not isinstance(error, str):
             error = repr(error)
         delay = (
@@ -328,61 +376,80 @@ class Core:
             else _seconds("retry_in", retry_in, zero_ok=True)
         )
         now = time.time()
-        state = yield Tx(
-            partial(
-                self.store.fail,
-                jid=job.id,
-                token=job.token,
-                now=now,
-                retry_at=now + delay,
-                error=error,
-            )
+        fail = partial(
+            self.store.fail, jid=job.id, token=job.token, now=now, retry_at=now + delay, error=error
         )
+        try:
+            state = yield Tx(fail)
+        except BaseException:
+            _unsure([job], "fail")
+            raise
+        if state is None and job._unsure == "fail":
+            # An earlier try whose answer was lost may have failed it already.
+            rows = yield Query(
+                self.store.SELECT_FINISHED, {"ids": [job.id], "ids_json": f"[{job.id}]"}
+            )
+            if rows and _finished_by("fail", rows[0][1], rows[0][2], job.token):
+                state = int(rows[0][1])
+        hint = _retry_hint([job], [job.id] if state is None else [], "fail")
+        _settled([job])
         if state is None:
-            raise self._lost(job, "fail")
+            raise self._lost(job, "fail", hint)
         return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
 
     def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
-        todo = _check_jobs(jobs, "extend")
+        todo = self._mine(jobs, "extend")
         lease = _seconds("lease", lease, zero_ok=False)
         if not todo:
             return time.time() + lease
-        owned = [(j.id, j.token) for j in todo]
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once
         lost, until = yield Tx(partial(self.store.extend, owned=owned, lease=lease))
         for job in todo:
             if job.id not in lost:
                 job.lease_until = until
         if lost:
-            if len(todo) == 1:
+            if len(owned) == 1:
                 raise self._lost(todo[0], "extend")
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
-                f"their leases were not extended (the other {len(todo) - len(lost)} were)",
+                f"their leases were not extended (the other {len(owned) - len(lost)} were). "
+                "Stop working on them: whoever holds them now will finish them",
                 lost,
             )
         return float(until)
 
-    def release(self, jobs: Iterable[Job]) -> Step[int]:
-        todo = _check_jobs(jobs, "release")
+    def release(self, jobs: Iterable[Job], also: Also | None = None) -> Step[int]:
+        todo = self._mine(jobs, "release")
         if not todo:
             return 0
-        lost: list[int] = yield Tx(
-            partial(self.store.release, owned=[(j.id, j.token) for j in todo])
-        )
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once, as ack
+        release = partial(self.store.release, owned=owned)
+        try:
+            lost: list[int] = yield Tx(
+                release if also is None else partial(_ack_also, release, owned, also)
+            )
+        except BaseException:
+            _unsure(todo, "release")
+            raise
+        if lost:
+            lost = yield from self._own_work(todo, lost, "release")
+        hint = _retry_hint(todo, lost, "release")
+        _settled(todo)
         if lost:
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
-                "they were not released (someone else holds them or they are finished)",
+                "they were not released (someone else holds them or they are finished). "
+                "Stop working on them: whoever holds them now will finish them" + hint,
                 lost,
             )
-        return len(todo)
+        return len(owned)
 
-    def _lost(self, job: Job, what: str) -> LeaseLost:
+    def _lost(self, job: Job, what: str, hint: str = "") -> LeaseLost:
         return LeaseLost(
             f"cannot {what} job {job.id} of queue {self.name!r}: this worker no longer holds "
             "it (the lease expired and another worker claimed it, or it was already acked, "
             "failed or released); nothing was changed. Raise lease= or call extend() while "
-            "working",
+            "working" + hint,
             [job.id],
         )
 
@@ -407,15 +474,24 @@ class Core:
         return [_info(r) for r in rows]
 
     def retry_dead(self, ids: Iterable[int] | None) -> Step[int]:
+        if ids is not None and (
+            isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable)
+        ):
+            raise ConfigError(
+                f"retry_dead takes a list of job ids, got {ids!r}: pass a list "
+                f"(retry_dead([{ids!r}]) for one), or nothing to revive every dead job of "
+                "the queue"
+            )
         wanted = None if ids is None else [_whole("job id", i, minimum=None) for i in ids]
-        revived, unknown = yield Tx(
+        revived, refused = yield Tx(
             partial(self.store.retry_dead, queue=self.name, ids=wanted, now=time.time())
         )
-        if unknown:
+        if refused:
             raise JobNotFound(
-                f"no job(s) {_ids(unknown)} in queue {self.name!r}; nothing was revived. "
-                "Pass ids from q.dead()",
-                unknown,
+                f"retry_dead revives dead jobs only, and {_states(refused)} of queue "
+                f"{self.name!r}; nothing was revived. Pass ids from q.dead() (q.get(id).state "
+                "says where a job is)",
+                [jid for jid, _ in refused],
             )
         return int(revived)
 
@@ -459,12 +535,62 @@ def _claim_also(claim: Callable[..., Any], also: Also, conn: Any) -> Any:
 def _ack_also(
     ack: Callable[..., list[int]], owned: list[tuple[int, int]], also: Also, conn: Any
 ) -> list[int]:
+    """``ack(conn)`` (or a release: same shape), then ``also`` with the ids
+    it changed, in the same transaction."""
     lost = ack(conn)
     gone = set(lost)
     acked = [jid for jid, _ in owned if jid not in gone]
     if acked:
         also(conn, acked)
     return lost
+
+
+def _states(refused: Sequence[tuple[int, int | None]]) -> str:
+    """'job 4 is done, job 9 does not exist here', for retry_dead's refusal."""
+    parts = []
+    for jid, state in refused[:10]:
+        if state is None:
+            parts.append(f"job {jid} does not exist here")
+        else:
+            parts.append(f"job {jid} is {_STATE_NAMES.get(state, 'waiting to run')}")
+    more = f" (and {len(refused) - 10} more are not dead)" if len(refused) > 10 else ""
+    return ", ".join(parts) + more
+
+
+def _unsure(jobs: list[Job], what: str) -> None:
+    """``what`` on these jobs raised: it may or may not have committed."""
+    for job in jobs:
+        job._unsure = what
+
+
+def _settled(jobs: list[Job]) -> None:
+    """A call on these jobs got its answer: nothing is unsure any more."""
+    for job in jobs:
+        job._unsure = None
+
+
+def _finished_by(what: str, state: int, row_token: int | None, token: int) -> bool:
+    """Does a job's row (its state and token column) show that ``what`` by
+    the holder of ``token`` finished it? An ack leaves the job DONE with the
+    token; fail and release leave their marks (see ``_model``)."""
+    if what == "ack":
+        return state == sql.DONE and row_token == token
+    if what == "fail":
+        return row_token == sql.failed_mark(token)
+    return state == sql.READY and row_token == sql.released_mark(token)
+
+
+def _retry_hint(jobs: list[Job], lost: list[int], what: str) -> str:
+    """For a LeaseLost after a try whose answer was lost: say that the truth
+    for those jobs is no longer knowable from the job itself."""
+    gone = set(lost)
+    if not any(j.id in gone and j._unsure == what for j in jobs):
+        return ""
+    return (
+        f". An earlier {what} of this job raised before it answered and may have been "
+        "recorded before the job moved on (another worker claimed it since, or it was "
+        "purged): q.get(id) shows where it is now"
+    )
 
 
 def _ids(ids: Sequence[int]) -> str:

@@ -25,7 +25,10 @@ class LeaseLost(QueueError):
 
 class JobNotFound(QueueError, KeyError):
     """No job with that id in this queue (never existed, purged, or it
-    belongs to another queue name)."""
+    belongs to another queue name). Also raised, before anything changes,
+    for a Job claimed from another queue handed to this queue's ``ack``,
+    ``fail``, ``extend`` or ``release`` (the message names its queue), and by
+    ``retry_dead`` for ids that are not dead jobs of this queue."""
 
     def __init__(self, message: str, job_ids: Sequence[int]) -> None:
         super().__init__(message)
@@ -59,4 +62,7 @@ class ServerUnavailable(QueueError, OpenError):
 class CommitUnknown(QueueError):
     """The connection to PostgreSQL broke while a transaction was being
     committed: it may or may not have been. Look (``q.get``, ``q.counts``,
-    a dedupe ``key=`` on ``put``) before doing it again."""
+    a dedupe ``key=`` on ``put``) before doing a ``put`` again. An ``ack``,
+    ``fail``, ``extend`` or ``release`` may be called again with the same
+    Job: if the first try committed, the retry finds that by the job's
+    token and reports success (see the README's "A lost answer")."""

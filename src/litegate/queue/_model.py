@@ -1,5 +1,5 @@
-"""What every store shares with the queue's logic: the state numbers and
-the one internal signal a store raises."""
+"""What every store shares with the queue's logic: the state numbers, the
+token marks, and the one internal signal a store raises."""
 
 from __future__ import annotations
 
@@ -16,3 +16,25 @@ class KeyTaken(Exception):
         super().__init__(key, existing_id)
         self.key = key
         self.existing_id = existing_id
+
+
+# Ownership tokens are random 62-bit numbers (0 <= token < 2**62), so that a
+# token column can also say, with a negative number, which token *finished*
+# a job by failing or releasing it (an acked job keeps its token and state
+# DONE). A call whose answer was lost (the COMMIT happened, the caller did
+# not learn it) and is tried again then finds its own finished work instead
+# of reporting LeaseLost; a live token is never negative, so a mark never
+# matches a claim's token. The two ranges do not overlap:
+# failed: [-2**62, -1], released: [-2**63, -2**62 - 1].
+TOKEN_BITS = 62
+_LOW = (1 << TOKEN_BITS) - 1
+
+
+def failed_mark(token: int) -> int:
+    """What ``fail`` leaves in the token column of the job it failed."""
+    return -1 - (token & _LOW)
+
+
+def released_mark(token: int) -> int:
+    """What ``release`` leaves in the token column of the job it gave back."""
+    return -(1 << TOKEN_BITS) - 1 - (token & _LOW)

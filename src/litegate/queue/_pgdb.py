@@ -18,7 +18,8 @@ Failures, and what the caller sees:
   workers carry on by themselves;
 - it breaks while COMMIT is on its way: :class:`~litegate.queue.CommitUnknown`
   (the change may or may not be in); never retried blindly, since a put
-  run twice would store its job twice.
+  run twice would store its job twice. The caller may retry an ack, fail,
+  extend or release: the queue's logic resolves it by the job's token.
 """
 
 from __future__ import annotations

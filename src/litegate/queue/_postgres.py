@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import ConfigError, OpenError
 from ._errors import PayloadError
-from ._model import DEAD, DONE, LEASED, READY, KeyTaken
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_mark
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
 
@@ -380,7 +380,7 @@ WITH failed AS (
            done_at = CASE WHEN attempts >= max_attempts THEN now() END,
            run_at = CASE WHEN attempts >= max_attempts THEN run_at
                          ELSE now() + %s * interval '1 second' END,
-           last_error = %s, token = NULL, lease_until = NULL
+           last_error = %s, token = %s, lease_until = NULL
      WHERE id = %s AND token = %s AND state IN (0, 1)
     RETURNING state, queue
 )
@@ -392,15 +392,16 @@ def fail(conn: Any, jid: int, token: int, now: float, retry_at: float, error: st
     """Record a failed attempt: back to the queue after the delay
     (``retry_at - now``, on the server's clock), or dead. Returns the new
     state, None if not ours."""
-    rows = conn.execute(_FAIL, (max(retry_at - now, 0.0), error, jid, token)).fetchall()
+    params = (max(retry_at - now, 0.0), error, failed_mark(token), jid, token)
+    rows = conn.execute(_FAIL, params).fetchall()
     return int(rows[0][0]) if rows else None
 
 
 _RELEASE = f"""
 WITH back AS (
     UPDATE {TABLE} AS j
-       SET state = 0, attempts = greatest(j.attempts - 1, 0), token = NULL, lease_until = NULL
-      FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+       SET state = 0, attempts = greatest(j.attempts - 1, 0), token = o.mark, lease_until = NULL
+      FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS o(id, token, mark)
      WHERE j.id = o.id AND j.token = o.token AND j.state IN (0, 1)
     RETURNING j.id, j.queue
 )
@@ -410,7 +411,9 @@ SELECT id, pg_notify('{CHANNEL}', queue) FROM back
 
 def release(conn: Any, owned: Sequence[tuple[int, int]]) -> list[int]:
     """Give jobs back unstarted; returns the ids that were no longer ours."""
-    back = {r[0] for r in conn.execute(_RELEASE, _owned_arrays(owned)).fetchall()}
+    ids, tokens = _owned_arrays(owned)
+    marks = [released_mark(t) for t in tokens]
+    back = {r[0] for r in conn.execute(_RELEASE, (ids, tokens, marks)).fetchall()}
     return [jid for jid, _ in owned if jid not in back]
 
 
@@ -518,21 +521,26 @@ _REVIVE = (
 
 def retry_dead(
     conn: Any, queue: str, ids: Sequence[int] | None, now: float
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[tuple[int, int | None]]]:
     """Revive dead jobs (all of the queue's, or these ids) with fresh
-    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    attempts. Returns (revived, refused): the ids that are not dead jobs of
+    this queue, with their state (None: no such job here); if there are any,
+    nothing changes."""
     if ids is None:
         n = len(conn.execute(_REVIVE + " RETURNING id", (queue,)).fetchall())
     else:
-        known = {
-            r[0]
+        # FOR UPDATE: the states checked are the states revived (no other
+        # transaction changes these rows until this one commits).
+        states = {
+            r[0]: int(r[1])
             for r in conn.execute(
-                f"SELECT id FROM {TABLE} WHERE id = ANY(%s) AND queue = %s", (list(ids), queue)
+                f"SELECT id, state FROM {TABLE} WHERE id = ANY(%s) AND queue = %s FOR UPDATE",
+                (list(ids), queue),
             ).fetchall()
         }
-        unknown = [jid for jid in ids if jid not in known]
-        if unknown:
-            return 0, unknown
+        refused = [(jid, states.get(jid)) for jid in ids if states.get(jid) != DEAD]
+        if refused:
+            return 0, refused
         n = len(
             conn.execute(_REVIVE + " AND id = ANY(%s) RETURNING id", (queue, list(ids))).fetchall()
         )
@@ -567,6 +575,8 @@ _COLUMNS = (
     f"{_epoch('now()')}"
 )
 SELECT_JOB = f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %(id)s"
+# Where the jobs of a call now are, by whom (see _sqlite.SELECT_FINISHED).
+SELECT_FINISHED = f"SELECT id, state, token FROM {TABLE} WHERE id = ANY(%(ids)s)"
 SELECT_DEAD = (
     f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
     "ORDER BY done_at DESC LIMIT %(limit)s"

@@ -258,7 +258,12 @@ class Queue(QueueFace):
     # -- finishing ----------------------------------------------------------------
     def ack(self, job: Job) -> None:
         """Mark the job done. :class:`LeaseLost` (and nothing changed) if this
-        worker no longer holds it."""
+        worker no longer holds it.
+
+        If an ``ack``, ``fail``, ``extend`` or ``release`` raised instead of
+        answering (:class:`CommitUnknown`, an interrupt), call it again with
+        the same Job: a first try that did commit is found by the job's
+        token, and the retry reports success instead of LeaseLost."""
         self.ack_many([job])
 
     def ack_many(self, jobs: Iterable[Job], *, also: Also | None = None) -> None:
@@ -288,11 +293,13 @@ class Queue(QueueFace):
         until: float = self._counting_lost(self._core.extend(jobs, lease))
         return until
 
-    def release(self, job: Job | Iterable[Job]) -> None:
+    def release(self, job: Job | Iterable[Job], *, also: Also | None = None) -> None:
         """Give back claimed jobs that were not started: they return to their
-        place in the queue and the attempt is not counted."""
+        place in the queue and the attempt is not counted. ``also(conn,
+        released_ids)``: SQL of yours in the same transaction (undo what
+        your claim's ``also`` recorded, say)."""
         jobs = [job] if isinstance(job, Job) else job
-        self._made_ready("released", self._counting_lost(self._core.release(jobs)))
+        self._made_ready("released", self._counting_lost(self._core.release(jobs, also)))
 
     # -- looking ------------------------------------------------------------------
     def get(self, job_id: int) -> JobInfo:
@@ -313,8 +320,14 @@ class Queue(QueueFace):
 
     def retry_dead(self, ids: Iterable[int] | None = None) -> int:
         """Send dead jobs (these ids, or all of this queue's) back to the
-        queue with fresh attempts; returns how many were revived. Unknown ids:
-        :class:`JobNotFound`, and nothing is revived."""
+        queue with fresh attempts; returns how many were revived.
+
+        All or nothing: if any id is not a dead job of this queue (no such
+        job, or it is ready, scheduled, leased or done), :class:`JobNotFound`
+        names each such id with its state (``.job_ids``) and nothing is
+        revived, so a count of 0 always means "no dead jobs", never "wrong
+        ids". ``ids`` must be a list (or other iterable) of ints: a bare
+        ``retry_dead(5)`` raises :class:`litegate.ConfigError`."""
         n: int = self._run(self._core.retry_dead(ids))
         self._made_ready(None, n)
         return n

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._model import DEAD, DONE, LEASED, READY, KeyTaken
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_mark
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
 
@@ -253,7 +253,7 @@ UPDATE {TABLE}
    SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
        done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE ?2 END,
-       last_error = ?3, token = NULL, lease_until = NULL
+       last_error = ?3, token = ?6, lease_until = NULL
  WHERE id = ?4 AND token = ?5 AND state IN (0, 1)
 RETURNING state
 """
@@ -263,44 +263,54 @@ def fail(
     conn: sqlite3.Connection, jid: int, token: int, now: float, retry_at: float, error: str
 ) -> int | None:
     """Record a failed attempt: back to the queue at ``retry_at``, or dead if
-    its attempts are used up. Returns the new state, None if not ours."""
+    its attempts are used up. Returns the new state, None if not ours. The
+    job keeps ``failed_mark(token)``: who failed it (see ``_model``)."""
     # fetchall, not fetchone: a RETURNING statement left unfinished is
     # stepped again later by the sqlite3 module, re-applying its changes.
-    rows = conn.execute(_FAIL, (now, retry_at, error, jid, token)).fetchall()
+    params = (now, retry_at, error, jid, token, failed_mark(token))
+    rows = conn.execute(_FAIL, params).fetchall()
     return int(rows[0][0]) if rows else None
 
 
 _RELEASE = f"""
-UPDATE {TABLE} SET state = 0, attempts = max(attempts - 1, 0), token = NULL, lease_until = NULL
- WHERE id = ? AND token = ? AND state IN (0, 1)
+UPDATE {TABLE} SET state = 0, attempts = max(attempts - 1, 0), token = ?3, lease_until = NULL
+ WHERE id = ?1 AND token = ?2 AND state IN (0, 1)
 """
 
 
 def release(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]]) -> list[int]:
     """Give jobs back unstarted (the attempt is not counted); they keep their
-    place in the queue. Returns the ids that were no longer ours."""
-    return [jid for jid, token in owned if conn.execute(_RELEASE, (jid, token)).rowcount != 1]
+    place in the queue, and ``released_mark(token)``. Returns the ids that
+    were no longer ours."""
+    return [
+        jid
+        for jid, token in owned
+        if conn.execute(_RELEASE, (jid, token, released_mark(token))).rowcount != 1
+    ]
 
 
 def retry_dead(
     conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: float
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[tuple[int, int | None]]]:
     """Revive dead jobs (all of the queue's, or these ids) with fresh
-    attempts. Returns (revived, unknown ids); with unknown ids nothing changes."""
+    attempts. Returns (revived, refused): ``refused`` lists the ids that are
+    not dead jobs of this queue with their state (None: no such job here);
+    if there are any, nothing changes."""
     revive = (
         f"UPDATE {TABLE} SET state = 0, attempts = 0, run_at = ?, done_at = NULL, token = NULL "
         "WHERE queue = ? AND state = 3"
     )
     if ids is None:
         return conn.execute(revive, (now, queue)).rowcount, []
-    unknown = [
-        jid
-        for jid in ids
-        if conn.execute(f"SELECT 1 FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue))
-        .fetchone() is None
-    ]  # fmt: skip
-    if unknown:
-        return 0, unknown
+    refused: list[tuple[int, int | None]] = []
+    for jid in ids:
+        row = conn.execute(
+            f"SELECT state FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue)
+        ).fetchone()
+        if row is None or row[0] != DEAD:
+            refused.append((jid, None if row is None else int(row[0])))
+    if refused:
+        return 0, refused
     n = 0
     for jid in ids:
         n += conn.execute(revive + " AND id = ?", (now, queue, jid)).rowcount
@@ -331,6 +341,11 @@ COLUMNS = (
     "last_error, created_at, done_at"
 )
 SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = :id"
+# Where the jobs of a call now are, by whom: a call tried again after its
+# answer was lost looks here for its own finished work.
+SELECT_FINISHED = (
+    f"SELECT id, state, token FROM {TABLE} WHERE id IN (SELECT value FROM json_each(:ids_json))"
+)
 SELECT_DEAD = (
     f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
     "ORDER BY done_at DESC LIMIT :limit"

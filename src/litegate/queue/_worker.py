@@ -258,6 +258,8 @@ class Worker:
       the handler returned is ``value``): records that must change exactly
       when the job does, such as a result table. The gate is held while
       they run; if one raises, that claim or ack is rolled back and retried.
+      ``on_release(conn, job_ids)`` runs inside the release of jobs claimed
+      but never started (at stop): undo there what ``on_claim`` recorded.
 
     Thread-safe: :meth:`stop` and :meth:`stats` may be called from any thread,
     and :meth:`stop` from a signal handler.
@@ -282,6 +284,7 @@ class Worker:
         retry_max: float | None = None,
         on_claim: Also | None = None,
         on_ack: Callable[[Any, list[tuple[Job, Any]]], None] | None = None,
+        on_release: Also | None = None,
     ) -> None:
         if isinstance(handler, str):
             handler = load_handler(handler)
@@ -312,6 +315,11 @@ class Worker:
         self._ack_delay = _seconds("ack_delay", ack_delay, zero_ok=True)
         self._on_claim = on_claim
         self._on_ack = on_ack
+        self._on_release = on_release
+        # Which handler values are failures recorded by the ack (the Django
+        # tasks runner returns a FAILED outcome instead of raising): counted
+        # as "failed", not "acked". None: every acked value is a success.
+        self._failure: Callable[[Any], bool] | None = None
 
         if isinstance(queue, Queue):
             if retry_base is not None or retry_max is not None:
@@ -620,7 +628,7 @@ class Worker:
         jobs = [h.job for h in held]
         released, lost = len(jobs), 0
         try:
-            self._queue.release(jobs)
+            self._queue.release(jobs, also=self._on_release)
         except LeaseLost as exc:
             lost = len(exc.job_ids)
             released -= lost
@@ -690,16 +698,40 @@ class Worker:
                 return
             h.state = _FINISHING
         try:
-            self._fail(h.job, error)
+            self._record_failure(h.job, error)
         finally:
             with self._lock:
                 self._held.discard(h)
                 self._running -= 1
                 self._cond.notify_all()
 
-    def _fail(self, job: Job, error: BaseException) -> None:
+    def _fail(self, job: Job, text: str) -> str:
+        """``q.fail``, tried again on a database error while the lease lasts:
+        safe, since a try whose answer was lost but that did commit is found
+        by the job's token (the retry reports it; nothing is recorded twice)."""
+        pause = 0.1
+        while True:
+            try:
+                state: str = self._queue.fail(job, error=text)
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if self._exiting or time.time() + pause >= job.lease_until:
+                    raise
+                self._count("errors")
+                log.warning(
+                    "recording the failure of job %d failed (%s); trying again",
+                    job.id,
+                    _summary(exc),
+                )
+                self._hb_stop.wait(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            return state
+
+    def _record_failure(self, job: Job, error: BaseException) -> None:
         try:
-            state = self._queue.fail(job, error=format_error(error))
+            state = self._fail(job, format_error(error))
         except LeaseLost:
             self._count("lease_lost")
             log.warning(
@@ -814,8 +846,12 @@ class Worker:
                     self._done.appendleft(h)
             self._hb_stop.wait(0.2)
             return False
+        failures = 0
+        if self._failure is not None:
+            failures = sum(1 for h in batch if h.job.id not in lost and self._failure(h.value))
         with self._lock:
-            self._counters["acked"] += len(batch) - len(lost)
+            self._counters["acked"] += len(batch) - len(lost) - failures
+            self._counters["failed"] += failures
             self._counters["lease_lost"] += len(lost)
             self._held.difference_update(batch)
             self._cond.notify_all()

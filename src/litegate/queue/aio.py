@@ -217,9 +217,9 @@ class Queue(QueueFace):
         until: float = await self._counting_lost(self._core.extend(jobs, lease))
         return until
 
-    async def release(self, job: Job | Iterable[Job]) -> None:
+    async def release(self, job: Job | Iterable[Job], *, also: Also | None = None) -> None:
         jobs = [job] if isinstance(job, Job) else job
-        self._made_ready("released", await self._counting_lost(self._core.release(jobs)))
+        self._made_ready("released", await self._counting_lost(self._core.release(jobs, also)))
 
     async def _counting_lost(self, step: Step[Any]) -> Any:
         try:

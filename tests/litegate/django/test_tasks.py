@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -78,7 +79,9 @@ def test_enqueue_then_a_worker_runs_it_and_the_result_comes_back() -> None:
 
 def test_a_task_that_raises_fails_once_with_its_error() -> None:
     result = tasks.boom.enqueue()
-    run_burst()
+    stats = run_burst()
+    # Issue 17 item 16: a FAILED task was counted as acked.
+    assert (stats["processed"], stats["acked"], stats["failed"]) == (1, 0, 1)
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"]
@@ -87,6 +90,47 @@ def test_a_task_that_raises_fails_once_with_its_error() -> None:
     assert result.attempts == 1  # not retried: Django's API has no retries
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
+
+
+def test_a_task_released_unstarted_records_no_worker_lost(tmp_path: Path) -> None:
+    """Issue 21 item 5: a task claimed ahead (prefetch) and given back
+    unstarted when the worker stops was left RUNNING in its result, so the
+    next worker recorded a WorkerLost for an attempt that never ran. Now the
+    release undoes what the claim recorded, in the release's transaction."""
+    go = tmp_path / "go"
+    held = tasks.wait_for.enqueue(str(go))
+    ahead = [tasks.add.enqueue(k, k) for k in range(2)]
+    first = make_worker("default", concurrency=1, prefetch=2)
+    runner = threading.Thread(target=first.run)
+    runner.start()
+    try:
+        wait_until(
+            lambda: first.stats()["pending"] == 2 and first.stats()["running"] == 1,
+            what="one task running, two claimed ahead",
+        )
+        assert tasks.add.get_result(ahead[0].id).status == TaskResultStatus.RUNNING
+        first.stop(grace=30)
+        wait_until(lambda: first.stats()["released"] == 2, what="the two given back")
+        for r in ahead:
+            back = tasks.add.get_result(r.id)
+            assert (back.status, back.worker_ids, back.started_at) == (
+                TaskResultStatus.READY,
+                [],
+                None,
+            )
+    finally:
+        go.touch()
+        runner.join(60)
+        first.queue.close()
+    stats = run_burst()
+    assert (stats["acked"], stats["failed"]) == (2, 0)
+    for r in ahead:
+        r.refresh()
+        assert (r.status, r.return_value) == (TaskResultStatus.SUCCESSFUL, r.args[0] * 2)
+        assert r.errors == []  # no WorkerLost: the attempt never started
+        assert len(r.worker_ids) == 1
+    held.refresh()
+    assert (held.status, held.errors) == (TaskResultStatus.SUCCESSFUL, [])
 
 
 def test_enqueue_inside_atomic_commits_or_rolls_back_with_it() -> None:

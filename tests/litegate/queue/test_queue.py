@@ -622,3 +622,72 @@ def test_aio_claim_cancelled_mid_flight_gives_its_jobs_back(
         await q.close()
 
     asyncio.run(main())
+
+
+def test_a_job_of_another_queue_is_refused_and_left_alone(make_queue: MakeQueue) -> None:
+    """Issue 17 item 7: ``Queue(db, "b").ack(job_of_a)`` used to ack the job
+    in queue a (its token matched). Every finishing call now refuses it
+    before anything is sent, saying whose job it is."""
+    a, b = make_queue("a"), make_queue("b")
+    jid = a.put("x")
+    (job,) = a.claim()
+    mine = b.put("y")
+    (other,) = b.claim()
+    calls: list[tuple[str, Any]] = [
+        ("ack", lambda: b.ack(job)),
+        ("ack", lambda: b.ack_many([other, job])),  # mixed: refused whole
+        ("fail", lambda: b.fail(job, "x")),
+        ("extend", lambda: b.extend(job)),
+        ("extend", lambda: b.extend_many([other, job])),
+        ("release", lambda: b.release(job)),
+        ("release", lambda: b.release([other, job])),
+    ]
+    for what, call in calls:
+        with pytest.raises(JobNotFound) as info:
+            call()
+        assert info.value.job_ids == [jid]
+        assert isinstance(info.value, litegate.Error)
+        message = str(info.value)
+        for words in (f"cannot {what}", "belong to queue 'a'", "Queue(db, 'a')", "nothing was"):
+            assert words in message
+    after = a.get(jid)
+    assert (after.state, after.attempts) == ("leased", 1)
+    assert b.get(mine).state == "leased"  # the other queue's job in the same call: untouched
+    a.ack(job)  # its own queue still takes it
+    b.ack(other)
+    assert (a.get(jid).state, b.get(mine).state) == ("done", "done")
+
+
+def test_retry_dead_of_jobs_that_are_not_dead_says_so_and_revives_nothing(
+    make_queue: MakeQueue,
+) -> None:
+    """Issue 17 item 16: ``retry_dead([id that is not dead])`` returned 0 as
+    if there was nothing to do; ``retry_dead(5)`` raised an untyped error."""
+    q = make_queue()
+    dead = q.put("d", max_attempts=1)
+    q.fail(q.claim()[0], "x")
+    done, waiting = q.put("done"), q.put("waiting")
+    q.ack(q.claim()[0])
+    with pytest.raises(JobNotFound) as info:
+        q.retry_dead([dead, done, waiting, 999_999])
+    assert info.value.job_ids == [done, waiting, 999_999]
+    message = str(info.value)
+    for words in (
+        f"job {done} is done",
+        f"job {waiting} is waiting to run",
+        "job 999999 does not exist here",
+        "nothing was revived",
+        "q.dead()",
+    ):
+        assert words in message
+    assert (state_of(q, dead), state_of(q, done), state_of(q, waiting)) == (
+        "dead",
+        "done",
+        "ready",
+    )
+    for bad in (5, "5", b"5", {"id": 5}):
+        with pytest.raises(litegate.ConfigError, match=r"list of job ids, got .*: pass a list"):
+            q.retry_dead(bad)
+    assert state_of(q, dead) == "dead"
+    assert q.retry_dead([dead]) == 1
+    assert q.retry_dead() == 0  # none left: 0 means no dead jobs

@@ -11,6 +11,7 @@ import pytest
 
 from litegate.queue import DuplicateJob, Job, Queue, Worker, put_on
 from litegate.queue._pgdb import PgDatabase
+from tests.conftest import wait_until
 from tests.litegate.queue.conftest import MakeQueue
 
 
@@ -99,3 +100,59 @@ def test_worker_on_claim_and_on_ack_see_the_handlers_values(db_path: str) -> Non
         assert results == {ids[0]: "10", ids[1]: "20", ids[2]: "30", ids[3]: "40"}
         assert q.db.query("SELECT count(*) FROM started")[0][0] == 5
         assert q.counts()["dead"] == 1  # a raising handler fails as before; no on_ack
+
+
+def test_also_runs_in_the_releases_transaction(make_queue: MakeQueue) -> None:
+    """``release(jobs, also=...)``: the seam a claim's ``also`` needs to undo
+    what it recorded for jobs given back unstarted (the Django tasks backend
+    uses it through ``Worker(on_release=...)``)."""
+    q = make_queue()
+    pg = isinstance(q.db, PgDatabase)
+    mark = "%s" if pg else "?"
+    q.db.transact(lambda c: c.execute("CREATE TABLE given_back (job BIGINT)"))
+    ids = q.put_many(["a", "b", "c"])
+    jobs = q.claim(n=3)
+
+    def back(conn: Any, job_ids: list[int]) -> None:
+        conn.cursor().executemany(
+            f"INSERT INTO given_back (job) VALUES ({mark})", [(i,) for i in job_ids]
+        )
+
+    def refuse(conn: Any, job_ids: list[int]) -> None:
+        back(conn, job_ids)
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        q.release(jobs[0], also=refuse)  # rolled back together
+    assert q.get(ids[0]).state == "leased"
+    q.release(jobs[:2], also=back)
+    rows = q.db.query("SELECT job FROM given_back")
+    assert sorted(r[0] for r in rows) == ids[:2]
+    assert [q.get(i).state for i in ids] == ["ready", "ready", "leased"]
+
+
+def test_worker_on_release_runs_for_jobs_given_back_unstarted(db_path: str) -> None:
+    import threading
+
+    with Queue(db_path) as q:
+        q.db.execute("CREATE TABLE given_back (job INTEGER)")
+        ids = q.put_many(["hold", "x", "y"])
+        go = threading.Event()
+
+        def handler(payload: Any) -> None:
+            go.wait(30)
+
+        def on_release(conn: Any, job_ids: list[int]) -> None:
+            conn.executemany("INSERT INTO given_back VALUES (?)", [(i,) for i in job_ids])
+
+        w = Worker(q, handler, concurrency=1, prefetch=2, on_release=on_release)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        try:
+            wait_until(lambda: w.stats()["pending"] == 2, what="two jobs claimed ahead")
+            w.stop()
+            wait_until(lambda: w.stats()["released"] == 2, what="the two given back")
+        finally:
+            go.set()
+            runner.join(30)
+        assert sorted(r[0] for r in q.db.query("SELECT job FROM given_back")) == ids[1:]

@@ -384,6 +384,7 @@ def test_a_bad_handler_path_exits_2_with_what_to_do(db_path: str) -> None:
 def test_handler_errors(
     db_path: str, spec: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    Queue(db_path).close()
     assert litegate_main(["worker", spec, "--db", db_path]) == 2
     err = capsys.readouterr().err
     assert err.startswith("litegate worker: error: ")
@@ -399,11 +400,61 @@ def test_a_missing_database_directory_exits_2_with_the_open_error(
     bad = str(tmp_path / "missing" / "app.db")
     with pytest.raises(litegate.OpenError) as expected:
         litegate.connect(bad)
-    assert litegate_main(["worker", f"{HANDLERS}:record", "--db", bad]) == 2
+    assert litegate_main(["worker", f"{HANDLERS}:record", "--db", bad, "--create"]) == 2
     assert capsys.readouterr().err == f"litegate worker: error: {expected.value}\n"
+    assert litegate_main(["worker", f"{HANDLERS}:record", "--db", bad]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_a_database_that_does_not_exist_exits_2_unless_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17 item 12: ``--db typo.db`` used to make an empty database and
+    idle on it (``--burst`` exited 0). A missing file is an error that says
+    so; ``--create`` makes one. Nothing is created without it, also with
+    --processes (the check runs before any worker process starts)."""
+    typo = tmp_path / "typo.db"
+    for extra in (["--burst"], ["--processes", "2", "--burst"], []):
+        assert litegate_main(["worker", f"{HANDLERS}:record", "--db", str(typo), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"litegate worker: error: --db {typo}: no such file")
+        assert "pass --create to make a new database" in err
+        assert list(tmp_path.iterdir()) == []  # no file, no -wal, no sidecar
+    args = ["worker", f"{HANDLERS}:record", "--db", str(typo), "--burst", "--create"]
+    assert litegate_main(args) == 0
+    assert typo.exists()
+    with Queue(str(typo)) as q:
+        assert q.counts()["ready"] == 0
+    capsys.readouterr()
+    assert litegate_main(args[:-1]) == 0  # now it exists: no flag needed
+
+
+def test_the_supervisor_says_how_a_worker_process_ended_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 17 item 16: "worker process 7 exited with exited with status 1"."""
+    from litegate.queue._cli import _Child, _Supervisor
+
+    class Ended:
+        pid, exitcode = 7, 1
+
+        def join(self) -> None:
+            pass
+
+    args = build_parser().parse_args([f"{HANDLERS}:record", "--db", "x.db", "--processes", "2"])
+    sup = _Supervisor(args, _Console(io.StringIO()))
+    for slot, stopping in ((0, True), (1, False)):
+        sup.children[slot] = _Child(slot, Ended(), None, time.monotonic())
+        with caplog.at_level("WARNING", logger="litegate.worker"):
+            sup._reap(slot, sup.children[slot], stopping=stopping)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "worker process 7 exited with status 1"
+    assert lines[1].startswith("worker process 7 exited with status 1; starting a new one")
+    assert not any("exited with exited" in line for line in lines)
 
 
 def test_bad_options_exit_2(db_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Queue(db_path).close()
     assert litegate_main(["worker", f"{HANDLERS}:record", "--db", db_path, "--lease", "0"]) == 2
     assert "lease must be a finite number of seconds, greater than zero" in capsys.readouterr().err
     assert litegate_main(["worker", f"{HANDLERS}:record"]) == 2  # --db is required

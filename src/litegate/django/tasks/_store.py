@@ -74,6 +74,31 @@ def started(conn: sqlite3.Connection, job_ids: Sequence[int], worker_id: str) ->
     conn.executemany(_STARTED, [(jid, worker_id, now, WORKER_LOST) for jid in job_ids])
 
 
+# A job released unstarted (claimed ahead, given back at the worker's stop):
+# its claim recorded a start that did not happen. The row goes back to how
+# it was: gone if that claim made it, else READY (not RUNNING, which the next
+# start would take for a worker that died mid-task: a false WorkerLost)
+# without the releasing worker's id. (Its last_attempted_at keeps the
+# released claim's time: the earlier attempt's is not kept anywhere.)
+_RELEASED_FIRST = f"""
+DELETE FROM {TABLE}
+ WHERE job_id = ? AND status = 'RUNNING' AND errors = '[]'
+   AND json_array_length(worker_ids) <= 1
+"""
+_RELEASED = f"""
+UPDATE {TABLE}
+   SET status = 'READY', worker_ids = json_remove(worker_ids, '$[#-1]')
+ WHERE job_id = ? AND status = 'RUNNING'
+"""
+
+
+def released(conn: sqlite3.Connection, job_ids: Sequence[int]) -> None:
+    """In the release's transaction: undo what :func:`started` recorded."""
+    rows = [(jid,) for jid in job_ids]
+    conn.executemany(_RELEASED_FIRST, rows)
+    conn.executemany(_RELEASED, rows)
+
+
 Outcome = tuple[str, Any, "str | None", "str | None"]
 """What a worker's handler returns: (status, return value as JSON text,
 exception class path, traceback)."""

@@ -37,3 +37,16 @@ def attempt(context: TaskContext) -> int:
 
 def not_a_task(*_: Any) -> None:  # pragma: no cover - for the error path
     pass
+
+
+@task()
+def wait_for(path: str) -> str:
+    """Runs until the file ``path`` exists (at most 60 s): a task the test
+    holds running while it stops the worker."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path
