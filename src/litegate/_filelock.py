@@ -121,10 +121,16 @@ def table_problem(head: bytes) -> str | None:
     return None
 
 
-def _bump(table: mmap.mmap, offset: int) -> None:
+# Writes to the shared table go through memoryviews cast to whole words:
+# one aligned store per field, which another process never sees half done.
+# (struct's pack_into first zeroes the bytes it packs, then fills them in:
+# a reader in between saw a head hint of 0, "nobody waits", or a record in
+# no state at all, and a strict writer passed a sleeping head.)
+def _bump(words: memoryview, offset: int) -> None:
     """Add one to a counter of the table (wrapping: a damaged file's huge
     value must not make every grant fail)."""
-    _U64.pack_into(table, offset, (_U64.unpack_from(table, offset)[0] + 1) & 0xFFFFFFFFFFFFFFFF)
+    i = offset >> 3
+    words[i] = (words[i] + 1) & 0xFFFFFFFFFFFFFFFF
 
 
 def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
@@ -244,6 +250,8 @@ class ProcessLock:
         except BaseException:
             os.close(self._fd)
             raise
+        self._words = memoryview(self._map).cast("Q")  # the table as u64 words
+        self._halves = memoryview(self._map).cast("I")  # ... and as u32 words
         self._wake = _futex.Word(self._map, _H_WAKE) if _futex.AVAILABLE else None
         self._want = _futex.Word(self._map, _H_WANT) if _futex.AVAILABLE else None
         self.idle = False  # we hold the gate with no transaction running (see keep_idle)
@@ -315,6 +323,30 @@ class ProcessLock:
         )
         return rec
 
+    def _put_record(
+        self, t: int, state: int, arrived: int, head_ns: int, k: int, t_us: int
+    ) -> None:
+        """A new ticket's record, over whatever ticket last used its slot
+        (long gone): the ticket number last, so nobody takes it for ``t``
+        before the rest is there."""
+        w, h = self._words, self._halves
+        base = _HEADER + (t % SLOTS) * _SLOT_SIZE
+        q, i = base >> 3, (base + 32) >> 2
+        w[q + 1], w[q + 2], w[q + 3] = state, arrived, head_ns
+        h[i], h[i + 1], h[i + 2], h[i + 3] = 0, k, t_us, self._pid
+        w[q] = t
+
+    def _set_state(self, t: int, state: int) -> None:
+        self._words[((_HEADER + (t % SLOTS) * _SLOT_SIZE) >> 3) + 1] = state
+
+    def _make_head(self, t: int, head_ns: int) -> None:
+        """Mark ``t`` the head since ``head_ns``: its clock and count first,
+        the state last (a reader sees a WAITING ticket or a whole HEAD one)."""
+        base = _HEADER + (t % SLOTS) * _SLOT_SIZE
+        self._words[(base >> 3) + 3] = head_ns
+        self._halves[(base + 32) >> 2] = 0
+        self._words[(base >> 3) + 1] = HEAD
+
     def _head(self) -> tuple[int, tuple[int, int, int, int, int, int, int, int]] | None:
         """The ticket and record of the head waiter, if one is waiting.
 
@@ -359,8 +391,8 @@ class ProcessLock:
         head = self._head()
         if head is not None:
             off = _HEADER + (head[0] % SLOTS) * _SLOT_SIZE + 32
-            struct.pack_into("<I", self._map, off, (head[1][4] + 1) & 0xFFFFFFFF)
-            _bump(self._map, _H_BARGES)
+            self._halves[off >> 2] = (head[1][4] + 1) & 0xFFFFFFFF
+            _bump(self._words, _H_BARGES)
 
     # -- acquire ----------------------------------------------------------------
     def acquire(self, timeout: float | None, budget: Budget = BOUNDED) -> bool:
@@ -414,7 +446,7 @@ class ProcessLock:
             return False
         if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
             self._held = True
-            _bump(m, _H_GRANTS)
+            _bump(self._words, _H_GRANTS)
             return True
         head = self._head()
         if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
@@ -430,8 +462,7 @@ class ProcessLock:
     def _granted(self, overtook: bool) -> None:
         """We hold the gate: the shared counters (written only by holders)."""
         self._held = True
-        m = self._map
-        _bump(m, _H_GRANTS)
+        _bump(self._words, _H_GRANTS)
         if overtook:
             self.barged += 1
             self.note_overtake()
@@ -451,10 +482,8 @@ class ProcessLock:
                 ) from None
             now = time.monotonic_ns()
             # record first, counter last: a writer killed in between leaves no ticket
-            _SLOT.pack_into(
-                table, _HEADER + slot * _SLOT_SIZE, t, WAITING, now, now, 0, k, t_us, self._pid
-            )
-            _U64.pack_into(table, _H_NEXT, t + 1)
+            self._put_record(t, WAITING, now, now, k, t_us)
+            self._words[_H_NEXT >> 3] = t + 1
         finally:
             fcntl.fcntl(fd, _SETLK, _MUTEX_UNLOCK)
         with self._mutex:
@@ -483,16 +512,13 @@ class ProcessLock:
     def _wait_gate(self, t: int, deadline: float) -> bool:
         """As the head: wait for the gate. False on timeout."""
         table, slot = self._map, t % SLOTS
-        off = _HEADER + slot * _SLOT_SIZE
         rec = self._record(t)
         if rec[1] == HEAD:  # made the head by its predecessor: its clock runs since then
             self.last_head_ns = rec[3]
         else:
             self.last_head_ns = time.monotonic_ns()
-            _SLOT.pack_into(
-                table, off, t, HEAD, rec[2], self.last_head_ns, 0, rec[5], rec[6], rec[7]
-            )
-        _U64.pack_into(table, _H_HEAD, t + 1)
+            self._make_head(t, self.last_head_ns)
+        self._words[_H_HEAD >> 3] = t + 1
         wake = self._wake
         while True:
             seen = wake.value if wake is not None else 0
@@ -521,20 +547,8 @@ class ProcessLock:
         # process would need an atomic compare-and-set, which Python lacks.)
         nxt = self._record(t + 1)
         if nxt[0] == t + 1 and nxt[1] == WAITING:
-            _SLOT.pack_into(
-                table,
-                _HEADER + ((t + 1) % SLOTS) * _SLOT_SIZE,
-                t + 1,
-                HEAD,
-                nxt[2],
-                time.monotonic_ns(),
-                0,
-                nxt[5],
-                nxt[6],
-                nxt[7],
-            )
-        rec = self._record(t)
-        _SLOT.pack_into(table, off, t, HOLDING, *rec[2:])
+            self._make_head(t + 1, time.monotonic_ns())
+        self._set_state(t, HOLDING)
         self._granted(overtook=False)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
         self._ticket = -1
@@ -545,9 +559,8 @@ class ProcessLock:
         if self._ticket != t:
             return
         slot = t % SLOTS
-        rec = self._record(t)
-        if rec[0] == t:
-            _SLOT.pack_into(self._map, _HEADER + slot * _SLOT_SIZE, t, state, *rec[2:])
+        if self._record(t)[0] == t:
+            self._set_state(t, state)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
         self._ticket = -1
 
@@ -626,7 +639,7 @@ class ProcessLock:
             return False
         if not self.idle:
             self.idle = True
-            _U64.pack_into(self._map, _H_IDLE, self._pid)
+            self._words[_H_IDLE >> 3] = self._pid
         return True
 
     def keep_idle_unless_due(self) -> bool:
@@ -643,7 +656,7 @@ class ProcessLock:
             return False
         if not self.idle:
             self.idle = True
-            _U64.pack_into(self._map, _H_IDLE, self._pid)
+            self._words[_H_IDLE >> 3] = self._pid
         return True
 
     def head_due_in(self) -> float | None:
@@ -666,12 +679,12 @@ class ProcessLock:
         system call. Whoever wants it meanwhile rings the doorbell (see
         :meth:`ring`) and our keeper lets go."""
         self.idle = True
-        _U64.pack_into(self._map, _H_IDLE, self._pid)
+        self._words[_H_IDLE >> 3] = self._pid
 
     def busy_again(self) -> None:
         """We take the gate we kept idle back for a transaction."""
         self.idle = False
-        _U64.pack_into(self._map, _H_IDLE, 0)
+        self._words[_H_IDLE >> 3] = 0
 
     def doorbell(self) -> int:
         return self._want.value if self._want is not None else 0
@@ -706,7 +719,7 @@ class ProcessLock:
         due = head is not None and self._due(head[1], time.monotonic_ns())
         if due:
             self.handoffs += 1
-            _bump(m, _H_HANDOFFS)
+            _bump(self._words, _H_HANDOFFS)
         fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
         if (due or (wake and head is not None)) and self._wake is not None:
             self._wake.bump()
@@ -727,6 +740,8 @@ class ProcessLock:
             if word is not None:
                 word.release()
         self._wake = self._want = None
+        self._words.release()  # (an mmap with views on it cannot close)
+        self._halves.release()
         self._map.close()
         os.close(self._fd)
         self._fd = -1
@@ -740,6 +755,8 @@ class ProcessLock:
             if word is not None:
                 word.release()
         self._wake = self._want = None
+        self._words.release()  # (an mmap with views on it cannot close)
+        self._halves.release()
         self._map.close()
         if self._fd >= 0:
             os.close(self._fd)

@@ -3,6 +3,7 @@ release by the kernel when the holder dies."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -10,8 +11,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from litegate._filelock import ProcessLock
+from litegate._filelock import _H_HEAD, _U64, HEAD, HOLDING, WAITING, ProcessLock
 from tests.conftest import wait_until
 
 
@@ -115,3 +117,44 @@ def test_kernel_releases_lock_of_killed_holder(tmp_path: Path) -> None:
         child.wait()
         assert child.stdout is not None
         child.stdout.close()
+
+
+def _flip_records(path: str, n: int, start: Any) -> None:
+    """Rewrite one ticket's record back and forth (HEAD, then HOLDING), and
+    the head hint between two values, as holders and heads do."""
+    lock = ProcessLock(path)
+    start.wait(30)
+    for i in range(n):
+        lock._make_head(7, 1000 + i)
+        lock._words[_H_HEAD >> 3] = 8 + (i & 1)
+        lock._set_state(7, HOLDING)
+    lock.close()
+
+
+def test_another_process_never_sees_a_record_half_written(tmp_path: Path) -> None:
+    """The table is shared memory that other processes read while it is
+    written: each field is one aligned store, so a reader sees the old
+    value or the new one, never the zeros that struct's pack_into writes
+    first (a reader that saw a head hint of 0, or a record in no state,
+    let a strict writer pass a sleeping head)."""
+    path = str(tmp_path / "lock")
+    lock = ProcessLock(path)
+    lock._put_record(7, WAITING, 1, 1, 0, 0)
+    lock._words[_H_HEAD >> 3] = 8
+    ctx: Any = mp.get_context("spawn")
+    start = ctx.Event()
+    p = ctx.Process(target=_flip_records, args=(path, 300_000, start))
+    p.start()
+    start.set()
+    torn = reads = 0
+    while p.is_alive() or reads == 0:
+        for _ in range(2_000):
+            state = lock._record(7)[1]
+            hint = _U64.unpack_from(lock._map, _H_HEAD)[0]
+            torn += state not in (WAITING, HEAD, HOLDING) or hint not in (8, 9)
+            reads += 1
+    p.join(60)
+    assert p.exitcode == 0
+    lock.close()
+    assert reads > 10_000
+    assert torn == 0, f"{torn} of {reads} reads saw a half-written record"
