@@ -35,9 +35,10 @@ from ._model import DEAD, DONE, LEASED, READY, KeyTaken
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLE = "litegate_jobs"
+COUNTS_TABLE = "litegate_queue_counts"
 CHANNEL = "litegate_jobs"
 
 # Every job read converts its times with this: epoch seconds, as floats.
@@ -83,7 +84,130 @@ MIGRATIONS: dict[int, list[str]] = {
         f"CREATE INDEX {TABLE}_done ON {TABLE} (queue, done_at) WHERE state = 2",
         f"CREATE INDEX {TABLE}_dead ON {TABLE} (queue, done_at) WHERE state = 3",
     ],
+    # 2: below, with the counts' trigger
 }
+
+
+# The hour a waiting job's run_at falls in (as SQLite's store does): counts
+# keep waiting jobs per hour, so "ready" and "scheduled" come from a few rows
+# plus the jobs due later within the current hour. extract() gives numeric:
+# exact, so a job due after now is never in an earlier hour than now's.
+_HOUR = "floor(extract(epoch FROM {}) / 3600)::bigint"
+
+
+def _hour(column: str) -> str:
+    return _HOUR.format(column)
+
+
+_BUCKET = f"CASE WHEN state = 0 THEN {_hour('run_at')} ELSE 0 END"
+
+# Version 2: exact counts kept by statement triggers, in the transaction of
+# every write (the queue's and anyone else's). Each statement adds its net
+# change as new rows of litegate_queue_counts (queue, state, hour for waiting
+# jobs, n) and never updates a shared row: concurrent claimers and producers
+# never wait on a counter's row lock. counts() sums the queue's rows; a
+# statement now and then (1 in 16) folds them into one row per (state,
+# hour), when it can take the queue's fold lock at once (one folder at a
+# time, so folds never deadlock) and runs in READ COMMITTED (it deletes rows
+# other transactions committed, which a repeatable-read snapshot may not).
+# The "due" index gives next_due() the earliest waiting job as a seek and
+# counts() the jobs due later this hour; it is on run_at as a UTC timestamp
+# and read only so, so that claims keep walking the ready index in claim
+# order. Lease expiry changes no row until a claim sweeps it, and counts()
+# reports an expired lease as "leased" until then, as before.
+_FOLD_LOCK = 0x6C67  # with hashtext(queue): "fold this queue's counts"
+_COUNT_FN = f"""
+CREATE FUNCTION litegate_jobs_count() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
+DECLARE
+    touched text[];
+    folding text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+        SELECT queue, state, {_BUCKET}, count(*) FROM new_rows GROUP BY 1, 2, 3;
+        SELECT array_agg(DISTINCT queue) INTO touched FROM new_rows;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+        SELECT queue, state, {_BUCKET}, -count(*) FROM old_rows GROUP BY 1, 2, 3;
+        SELECT array_agg(DISTINCT queue) INTO touched FROM old_rows;
+    ELSE
+        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+        SELECT queue, state, bucket, sum(d) FROM (
+            SELECT queue, state, {_BUCKET} AS bucket, 1 AS d FROM new_rows
+            UNION ALL
+            SELECT queue, state, {_BUCKET}, -1 FROM old_rows) AS change
+         GROUP BY 1, 2, 3 HAVING sum(d) <> 0;
+        SELECT array_agg(DISTINCT queue) INTO touched
+          FROM (SELECT queue FROM new_rows UNION SELECT queue FROM old_rows) AS q;
+    END IF;
+    IF touched IS NULL OR random() >= 1.0 / 16
+       OR current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN NULL;
+    END IF;
+    FOREACH folding IN ARRAY touched LOOP
+        IF pg_try_advisory_xact_lock({_FOLD_LOCK}, hashtext(folding)) THEN
+            WITH gone AS (
+                DELETE FROM {COUNTS_TABLE} WHERE queue = folding RETURNING state, bucket, n)
+            INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+            SELECT folding, state, bucket, sum(n) FROM gone
+             GROUP BY 1, 2, 3 HAVING sum(n) <> 0;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$fn$
+"""
+
+# Roles that could read the jobs may read their counts (an owner who
+# granted SELECT on the jobs before this table existed).
+_GRANT_COUNTS = f"""
+DO $grant$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+              WHERE table_name = '{TABLE}' AND privilege_type = 'SELECT'
+                AND grantee <> current_user LOOP
+        IF r.grantee = 'PUBLIC' THEN
+            EXECUTE 'GRANT SELECT ON {COUNTS_TABLE} TO PUBLIC';
+        ELSE
+            EXECUTE format('GRANT SELECT ON {COUNTS_TABLE} TO %I', r.grantee);
+        END IF;
+    END LOOP;
+END
+$grant$
+"""
+
+MIGRATIONS[2] = [
+    f"""
+    CREATE TABLE {COUNTS_TABLE} (
+        queue  text     NOT NULL,
+        state  smallint NOT NULL,
+        bucket bigint   NOT NULL,
+        n      bigint   NOT NULL
+    )
+    """,
+    f"CREATE INDEX {COUNTS_TABLE}_queue ON {COUNTS_TABLE} (queue)",
+    f"CREATE INDEX {TABLE}_due ON {TABLE} (queue, (run_at AT TIME ZONE 'UTC')) WHERE state = 0",
+    _COUNT_FN,
+    # The first trigger locks out every other writer until this transaction
+    # commits: the count below sees every job, and no job changes uncounted.
+    *(
+        f"CREATE TRIGGER {TABLE}_count_{op.lower()} AFTER {op} ON {TABLE} "
+        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
+        for op, tables in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+        )
+    ),
+    f"""
+    INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+    SELECT queue, state, {_BUCKET}, count(*) FROM {TABLE} GROUP BY 1, 2, 3
+    """,
+    _GRANT_COUNTS,
+]
 
 # One lock number for "creating or migrating the queue's schema" (any
 # constant; it only has to be the same in every litegate process).
@@ -571,19 +695,32 @@ SELECT_DEAD = (
     f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
     "ORDER BY done_at DESC LIMIT %(limit)s"
 )
+# From the counts rows (see MIGRATIONS[2]), less or plus the jobs due later
+# within the current hour, by the server's clock.
+_NOW_HOUR = _hour("now()")
 COUNTS = f"""
-SELECT (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at <= now()),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at > now()),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 1),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 3)
+WITH c AS (SELECT state, bucket, sum(n) AS n FROM {COUNTS_TABLE}
+            WHERE queue = %(queue)s GROUP BY 1, 2),
+later AS (SELECT count(*) AS k FROM {TABLE}
+           WHERE queue = %(queue)s AND state = 0
+             AND run_at AT TIME ZONE 'UTC' > now() AT TIME ZONE 'UTC'
+             AND run_at AT TIME ZONE 'UTC' < (now() + interval '1 hour') AT TIME ZONE 'UTC'
+             AND {_hour("run_at")} = {_NOW_HOUR})
+SELECT (SELECT coalesce(sum(n), 0) FROM c WHERE state = 0 AND bucket <= {_NOW_HOUR})
+         - (SELECT k FROM later),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 0 AND bucket > {_NOW_HOUR})
+         + (SELECT k FROM later),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 1),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 2),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 3)
 """
 # When the next job is due, as a time on the *host's* clock (the host's now
 # plus the server's "how long from now"): the waiting claimer compares it
 # with time.time(), and clocks of different machines need not agree.
 NEXT_DUE = f"""
 SELECT %(now)s + extract(epoch FROM (min(t) - clock_timestamp()))::float8 FROM (
-    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = %(queue)s AND state = 0
+    SELECT min(run_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS t FROM {TABLE}
+     WHERE queue = %(queue)s AND state = 0
     UNION ALL
     SELECT min(lease_until) FROM {TABLE} WHERE queue = %(queue)s AND state = 1
 ) AS due
