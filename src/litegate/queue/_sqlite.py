@@ -164,7 +164,8 @@ def create_schema(conn: sqlite3.Connection) -> int:
     ).fetchone()
     found = 0
     if row is not None:
-        found = int(conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()[0] or 0)
+        (version,) = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()
+        found = int(version or 0)
     if found > SCHEMA_VERSION:
         raise ConfigError(
             f"the queue's tables in this file are at schema version {found}, newer than this "
