@@ -103,57 +103,63 @@ _BUCKET = f"CASE WHEN state = 0 THEN {_hour('run_at')} ELSE 0 END"
 
 # Version 2: exact counts kept by statement triggers, in the transaction of
 # every write (the queue's and anyone else's). Each statement adds its net
-# change as new rows of litegate_queue_counts (queue, state, hour for waiting
-# jobs, n) and never updates a shared row: concurrent claimers and producers
-# never wait on a counter's row lock. counts() sums the queue's rows; a
-# statement now and then (1 in 16) folds them into one row per (state,
-# hour), when it can take the queue's fold lock at once (one folder at a
-# time, so folds never deadlock) and runs in READ COMMITTED (it deletes rows
-# other transactions committed, which a repeatable-read snapshot may not).
-# The "due" index gives next_due() the earliest waiting job as a seek and
-# counts() the jobs due later this hour; it is on run_at as a UTC timestamp
-# and read only so, so that claims keep walking the ready index in claim
-# order. Lease expiry changes no row until a claim sweeps it, and counts()
-# reports an expired lease as "leased" until then, as before.
-_FOLD_LOCK = 0x6C67  # with hashtext(queue): "fold this queue's counts"
+# change per (queue, state, hour for waiting jobs) to rows of
+# litegate_queue_counts that only its transaction may touch: the rows of a
+# slot (one of SLOTS) whose advisory lock it holds until it commits. So
+# concurrent claimers and producers never wait on a counter's row lock (a
+# transaction takes the first free slot from its backend's, keeps it for
+# its later statements, and waits for one only when all are taken), and
+# there is no deadlock between counters. The rows are updated in place
+# (only n changes: HOT updates, pruned without vacuum); counts() sums them.
+# The "due" index gives next_due() the earliest waiting job and counts()
+# the jobs due later this hour; it is on run_at as a UTC timestamp and read
+# only so, so that claims keep walking the ready index in claim order.
+# Lease expiry changes no row until a claim sweeps it, and counts() reports
+# an expired lease as "leased" until then, as before.
+SLOTS = 32
+_SLOT_LOCK = 0x6C67  # with the slot number: "this transaction counts in this slot"
 _COUNT_FN = f"""
 CREATE FUNCTION litegate_jobs_count() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
 DECLARE
-    touched text[];
-    folding text;
+    mine integer;
+    k integer;
 BEGIN
+    -- The first slot free (or already ours: the lock is reentrant) from
+    -- this backend's; only a transaction holding none waits for one.
+    FOR k IN 0..{SLOTS - 1} LOOP
+        IF pg_try_advisory_xact_lock({_SLOT_LOCK}, (pg_backend_pid() + k) % {SLOTS}) THEN
+            mine := (pg_backend_pid() + k) % {SLOTS};
+            EXIT;
+        END IF;
+    END LOOP;
+    IF mine IS NULL THEN
+        mine := pg_backend_pid() % {SLOTS};
+        PERFORM pg_advisory_xact_lock({_SLOT_LOCK}, mine);
+    END IF;
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-        SELECT queue, state, {_BUCKET}, count(*) FROM new_rows GROUP BY 1, 2, 3;
-        SELECT array_agg(DISTINCT queue) INTO touched FROM new_rows;
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, {_BUCKET}, mine, count(*) FROM new_rows
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-        SELECT queue, state, {_BUCKET}, -count(*) FROM old_rows GROUP BY 1, 2, 3;
-        SELECT array_agg(DISTINCT queue) INTO touched FROM old_rows;
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, {_BUCKET}, mine, -count(*) FROM old_rows
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
     ELSE
-        INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-        SELECT queue, state, bucket, sum(d) FROM (
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, bucket, mine, sum(d) FROM (
             SELECT queue, state, {_BUCKET} AS bucket, 1 AS d FROM new_rows
             UNION ALL
             SELECT queue, state, {_BUCKET}, -1 FROM old_rows) AS change
-         GROUP BY 1, 2, 3 HAVING sum(d) <> 0;
-        SELECT array_agg(DISTINCT queue) INTO touched
-          FROM (SELECT queue FROM new_rows UNION SELECT queue FROM old_rows) AS q;
+         GROUP BY 1, 2, 3 HAVING sum(d) <> 0 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
     END IF;
-    IF touched IS NULL OR random() >= 1.0 / 16
-       OR current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN NULL;
+    -- Now and then, this slot's emptied rows (past hours) go: rows stay few.
+    IF random() < 1.0 / 64 THEN
+        DELETE FROM {COUNTS_TABLE} c WHERE c.slot = mine AND c.n = 0;
     END IF;
-    FOREACH folding IN ARRAY touched LOOP
-        IF pg_try_advisory_xact_lock({_FOLD_LOCK}, hashtext(folding)) THEN
-            WITH gone AS (
-                DELETE FROM {COUNTS_TABLE} WHERE queue = folding RETURNING state, bucket, n)
-            INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-            SELECT folding, state, bucket, sum(n) FROM gone
-             GROUP BY 1, 2, 3 HAVING sum(n) <> 0;
-        END IF;
-    END LOOP;
     RETURN NULL;
 END
 $fn$
@@ -185,10 +191,11 @@ MIGRATIONS[2] = [
         queue  text     NOT NULL,
         state  smallint NOT NULL,
         bucket bigint   NOT NULL,
-        n      bigint   NOT NULL
-    )
+        slot   smallint NOT NULL,
+        n      bigint   NOT NULL,
+        PRIMARY KEY (queue, state, bucket, slot)
+    ) WITH (fillfactor = 50)
     """,
-    f"CREATE INDEX {COUNTS_TABLE}_queue ON {COUNTS_TABLE} (queue)",
     f"CREATE INDEX {TABLE}_due ON {TABLE} (queue, (run_at AT TIME ZONE 'UTC')) WHERE state = 0",
     _COUNT_FN,
     # The first trigger locks out every other writer until this transaction
@@ -203,8 +210,8 @@ MIGRATIONS[2] = [
         )
     ),
     f"""
-    INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-    SELECT queue, state, {_BUCKET}, count(*) FROM {TABLE} GROUP BY 1, 2, 3
+    INSERT INTO {COUNTS_TABLE} (queue, state, bucket, slot, n)
+    SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3
     """,
     _GRANT_COUNTS,
 ]
@@ -719,8 +726,8 @@ SELECT (SELECT coalesce(sum(n), 0) FROM c WHERE state = 0 AND bucket <= {_NOW_HO
 # with time.time(), and clocks of different machines need not agree.
 NEXT_DUE = f"""
 SELECT %(now)s + extract(epoch FROM (min(t) - clock_timestamp()))::float8 FROM (
-    SELECT min(run_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS t FROM {TABLE}
-     WHERE queue = %(queue)s AND state = 0
+    (SELECT run_at AS t FROM {TABLE} WHERE queue = %(queue)s AND state = 0
+      ORDER BY run_at AT TIME ZONE 'UTC' LIMIT 1)
     UNION ALL
     SELECT min(lease_until) FROM {TABLE} WHERE queue = %(queue)s AND state = 1
 ) AS due

@@ -50,6 +50,25 @@ def truth(where: str, name: str) -> dict[str, int]:
     return dict(zip(STATES, (int(v) for v in row), strict=True))
 
 
+def settle(where: str) -> None:
+    """On PostgreSQL, wait until no other backend runs a statement: a killed
+    client's last statement may still be committing on the server."""
+    if not is_url(where):
+        return
+    import psycopg
+
+    with psycopg.connect(where, autocommit=True) as pconn:
+        for _ in range(1000):
+            row = pconn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state NOT IN ('idle')"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.01)
+    raise AssertionError("a killed client's backend is still busy after 10 s")
+
+
 def check(q: Any, where: str, name: str = "default") -> dict[str, int]:
     counts: dict[str, int] = q.counts()
     assert counts == truth(where, name)
@@ -202,8 +221,28 @@ def test_counts_stay_exact_when_processes_are_killed(queue_db: str, tmp_path: Pa
         assert p.pid is not None
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)
+    settle(queue_db)
     counts = check(q, queue_db)
     assert sum(counts.values()) >= 200
+    # Then all at once: two producers and two workers writing together
+    # (on PostgreSQL, in different counting slots), killed together.
+    together = [
+        ctx.Process(target=procs.produce_forever, args=(queue_db, str(tmp_path / "p"), 10 + k))
+        for k in range(2)
+    ] + [
+        ctx.Process(target=procs.work_forever, args=(queue_db, str(tmp_path / "w"), 20 + k))
+        for k in range(2)
+    ]
+    for p in together:
+        p.start()
+    time.sleep(1.5)
+    for p in together:
+        assert p.pid is not None
+        os.kill(p.pid, signal.SIGKILL)
+    for p in together:
+        p.join(10)
+    settle(queue_db)
+    check(q, queue_db)
     time.sleep(1.1)  # every killed worker's lease has run out
     check(q, queue_db)  # expired, not yet swept: still "leased", in both
     procs.drain(q, Counter())
