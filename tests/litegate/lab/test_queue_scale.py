@@ -66,6 +66,8 @@ def test_options() -> None:
         _parsed(["--scale-max", "1000"])
     with pytest.raises(ValueError, match="--scenarios is for the seed's scenarios"):
         _parsed(["--scale", "--scenarios", "single"])
+    with pytest.raises(ValueError, match="drop --runs"):
+        _parsed(["--scale", "--runs", "3"])
     with pytest.raises(ValueError, match="at least the smallest size"):
         _parsed(["--scale", "--scale-min", "5000", "--scale-max", "1000"])
 

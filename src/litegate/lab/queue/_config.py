@@ -473,6 +473,8 @@ def scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleCo
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} is for the seed's scenarios, not with --scale")
+    if getattr(args, "runs", 1) != 1:
+        raise ValueError("--scale runs once (a backlog of millions is built once); drop --runs")
     pg = _backend_args(args, backends)
     quick_max = 100_000 if getattr(args, "quick", False) else 10_000_000
     low = getattr(args, "scale_min", None) or 10_000

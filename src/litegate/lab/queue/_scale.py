@@ -214,10 +214,14 @@ class _PgStore(_Store):
         return _V1_PG[name]
 
     def settle(self) -> None:
-        # Autovacuum analyzes the jobs table after 2 % of it changed (its
-        # storage parameters), within a minute; the steps come faster. The
-        # plans of counts() and next_due() are the ones fresh statistics give.
-        self._conn.execute("ANALYZE litegate_jobs")
+        # The growth claims and acks a fifth of the jobs in bulk, faster than
+        # autovacuum (which the jobs table asks for after 2 % of it changed)
+        # clears the dead row versions they leave at the head of the ready
+        # index; a real backlog takes hours to build, and autovacuum keeps
+        # up. Without this, every claim would walk those dead entries (3.5 x
+        # the claim p95 at 3 million jobs). ANALYZE: the plans fresh
+        # statistics give (autovacuum's too).
+        self._conn.execute("VACUUM (ANALYZE) litegate_jobs")
 
     def info(self) -> dict[str, Any]:
         return self._info
