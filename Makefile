@@ -8,7 +8,7 @@ HEY    := .tools/bin/hey
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,13 @@ bench-queue: $(STAMP)
 bench-queue-pg: $(STAMP)
 	$(VENV)/bin/litegate bench queue --backend sqlite,postgres --scenarios e2e --runs 3 \
 		--out results/queue-pg
+
+# Issue 21: the queue's costs against its backlog, 10 thousand to 10 million
+# jobs, on SQLite (~5 minutes) then a throwaway PostgreSQL server (each
+# backend stops before a size it cannot finish within 15 minutes).
+bench-queue-scale: $(STAMP)
+	$(VENV)/bin/litegate bench queue --scale --backend sqlite,postgres --scale-budget 900 \
+		--out results/queue-scale
 
 # Django's tasks API: litegate.django.tasks against django-tasks-db on the
 # stock engine, 3 runs (~2 minutes).

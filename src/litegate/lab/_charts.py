@@ -116,6 +116,7 @@ def lines(
     xlabel: str,
     ylabel: str,
     logy: bool = True,
+    logx: bool = False,
 ) -> Path:
     """A simple line chart (one line per series)."""
     fig = Figure(figsize=(8, 4.5), layout="constrained")
@@ -124,6 +125,8 @@ def lines(
         ax.plot(list(x), list(ys), marker="o", label=name)
     if logy:
         ax.set_yscale("symlog", linthresh=1.0)
+    if logx:
+        ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

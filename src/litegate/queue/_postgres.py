@@ -35,9 +35,10 @@ from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_m
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLE = "litegate_jobs"
+COUNTS_TABLE = "litegate_queue_counts"
 CHANNEL = "litegate_jobs"
 
 # Every job read converts its times with this: epoch seconds, as floats.
@@ -83,7 +84,137 @@ MIGRATIONS: dict[int, list[str]] = {
         f"CREATE INDEX {TABLE}_done ON {TABLE} (queue, done_at) WHERE state = 2",
         f"CREATE INDEX {TABLE}_dead ON {TABLE} (queue, done_at) WHERE state = 3",
     ],
+    # 2: below, with the counts' trigger
 }
+
+
+# The hour a waiting job's run_at falls in (as SQLite's store does): counts
+# keep waiting jobs per hour, so "ready" and "scheduled" come from a few rows
+# plus the jobs due later within the current hour. extract() gives numeric:
+# exact, so a job due after now is never in an earlier hour than now's.
+_HOUR = "floor(extract(epoch FROM {}) / 3600)::bigint"
+
+
+def _hour(column: str) -> str:
+    return _HOUR.format(column)
+
+
+_BUCKET = f"CASE WHEN state = 0 THEN {_hour('run_at')} ELSE 0 END"
+
+# Version 2: exact counts kept by statement triggers, in the transaction of
+# every write (the queue's and anyone else's). Each statement adds its net
+# change per (queue, state, hour for waiting jobs) to rows of
+# litegate_queue_counts that only its transaction may touch: the rows of a
+# slot (one of SLOTS) whose advisory lock it holds until it commits. So
+# concurrent claimers and producers never wait on a counter's row lock (a
+# transaction takes the first free slot from its backend's, keeps it for
+# its later statements, and waits for one only when all are taken), and
+# there is no deadlock between counters. The rows are updated in place
+# (only n changes: HOT updates, pruned without vacuum); counts() sums them.
+# The "due" index gives next_due() the earliest waiting job and counts()
+# the jobs due later this hour; it is on run_at as a UTC timestamp and read
+# only so, so that claims keep walking the ready index in claim order.
+# Lease expiry changes no row until a claim sweeps it, and counts() reports
+# an expired lease as "leased" until then, as before.
+SLOTS = 32
+_SLOT_LOCK = 0x6C67  # with the slot number: "this transaction counts in this slot"
+_COUNT_FN = f"""
+CREATE FUNCTION litegate_jobs_count() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
+DECLARE
+    mine integer;
+    k integer;
+BEGIN
+    -- The first slot free (or already ours: the lock is reentrant) from
+    -- this backend's; only a transaction holding none waits for one.
+    FOR k IN 0..{SLOTS - 1} LOOP
+        IF pg_try_advisory_xact_lock({_SLOT_LOCK}, (pg_backend_pid() + k) % {SLOTS}) THEN
+            mine := (pg_backend_pid() + k) % {SLOTS};
+            EXIT;
+        END IF;
+    END LOOP;
+    IF mine IS NULL THEN
+        mine := pg_backend_pid() % {SLOTS};
+        PERFORM pg_advisory_xact_lock({_SLOT_LOCK}, mine);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, {_BUCKET}, mine, count(*) FROM new_rows
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, {_BUCKET}, mine, -count(*) FROM old_rows
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
+    ELSE
+        INSERT INTO {COUNTS_TABLE} AS c (queue, state, bucket, slot, n)
+        SELECT queue, state, bucket, mine, sum(d) FROM (
+            SELECT queue, state, {_BUCKET} AS bucket, 1 AS d FROM new_rows
+            UNION ALL
+            SELECT queue, state, {_BUCKET}, -1 FROM old_rows) AS change
+         GROUP BY 1, 2, 3 HAVING sum(d) <> 0 ORDER BY 1, 2, 3
+        ON CONFLICT (queue, state, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
+    END IF;
+    -- Now and then, this slot's emptied rows (past hours) go: rows stay few.
+    IF random() < 1.0 / 64 THEN
+        DELETE FROM {COUNTS_TABLE} c WHERE c.slot = mine AND c.n = 0;
+    END IF;
+    RETURN NULL;
+END
+$fn$
+"""
+
+# Roles that could read the jobs may read their counts (an owner who
+# granted SELECT on the jobs before this table existed).
+_GRANT_COUNTS = f"""
+DO $grant$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+              WHERE table_name = '{TABLE}' AND privilege_type = 'SELECT'
+                AND grantee <> current_user LOOP
+        IF r.grantee = 'PUBLIC' THEN
+            EXECUTE 'GRANT SELECT ON {COUNTS_TABLE} TO PUBLIC';
+        ELSE
+            EXECUTE format('GRANT SELECT ON {COUNTS_TABLE} TO %I', r.grantee);
+        END IF;
+    END LOOP;
+END
+$grant$
+"""
+
+MIGRATIONS[2] = [
+    f"""
+    CREATE TABLE {COUNTS_TABLE} (
+        queue  text     NOT NULL,
+        state  smallint NOT NULL,
+        bucket bigint   NOT NULL,
+        slot   smallint NOT NULL,
+        n      bigint   NOT NULL,
+        PRIMARY KEY (queue, state, bucket, slot)
+    ) WITH (fillfactor = 50)
+    """,
+    f"CREATE INDEX {TABLE}_due ON {TABLE} (queue, (run_at AT TIME ZONE 'UTC')) WHERE state = 0",
+    _COUNT_FN,
+    # The first trigger locks out every other writer until this transaction
+    # commits: the count below sees every job, and no job changes uncounted.
+    *(
+        f"CREATE TRIGGER {TABLE}_count_{op.lower()} AFTER {op} ON {TABLE} "
+        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
+        for op, tables in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+        )
+    ),
+    f"""
+    INSERT INTO {COUNTS_TABLE} (queue, state, bucket, slot, n)
+    SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3
+    """,
+    _GRANT_COUNTS,
+]
 
 # One lock number for "creating or migrating the queue's schema" (any
 # constant; it only has to be the same in every litegate process).
@@ -581,19 +712,32 @@ SELECT_DEAD = (
     f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
     "ORDER BY done_at DESC LIMIT %(limit)s"
 )
+# From the counts rows (see MIGRATIONS[2]), less or plus the jobs due later
+# within the current hour, by the server's clock.
+_NOW_HOUR = _hour("now()")
 COUNTS = f"""
-SELECT (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at <= now()),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 0 AND run_at > now()),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 1),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = %(queue)s AND state = 3)
+WITH c AS (SELECT state, bucket, sum(n) AS n FROM {COUNTS_TABLE}
+            WHERE queue = %(queue)s GROUP BY 1, 2),
+later AS (SELECT count(*) AS k FROM {TABLE}
+           WHERE queue = %(queue)s AND state = 0
+             AND run_at AT TIME ZONE 'UTC' > now() AT TIME ZONE 'UTC'
+             AND run_at AT TIME ZONE 'UTC' < (now() + interval '1 hour') AT TIME ZONE 'UTC'
+             AND {_hour("run_at")} = {_NOW_HOUR})
+SELECT (SELECT coalesce(sum(n), 0) FROM c WHERE state = 0 AND bucket <= {_NOW_HOUR})
+         - (SELECT k FROM later),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 0 AND bucket > {_NOW_HOUR})
+         + (SELECT k FROM later),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 1),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 2),
+       (SELECT coalesce(sum(n), 0) FROM c WHERE state = 3)
 """
 # When the next job is due, as a time on the *host's* clock (the host's now
 # plus the server's "how long from now"): the waiting claimer compares it
 # with time.time(), and clocks of different machines need not agree.
 NEXT_DUE = f"""
 SELECT %(now)s + extract(epoch FROM (min(t) - clock_timestamp()))::float8 FROM (
-    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = %(queue)s AND state = 0
+    (SELECT run_at AS t FROM {TABLE} WHERE queue = %(queue)s AND state = 0
+      ORDER BY run_at AT TIME ZONE 'UTC' LIMIT 1)
     UNION ALL
     SELECT min(lease_until) FROM {TABLE} WHERE queue = %(queue)s AND state = 1
 ) AS due

@@ -19,13 +19,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._errors import ConfigError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_mark
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLE = "litegate_jobs"
+COUNTS_TABLE = "litegate_queue_counts"
 
 # Partial indexes keep the hot ones small: finished jobs leave the claim and
 # lease indexes, so a table full of done jobs does not slow claims down.
@@ -39,7 +41,7 @@ TABLE = "litegate_jobs"
 # with the largest id, so an id is never given to a second job and ids an
 # application stored stay unambiguous. (AUTOINCREMENT does the same but
 # costs a sqlite_sequence update per row: 40 % more for put_many.)
-SCHEMA = f"""
+_V1 = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
     id           INTEGER PRIMARY KEY,
     queue        TEXT    NOT NULL,
@@ -69,21 +71,113 @@ CREATE INDEX IF NOT EXISTS {TABLE}_dead
 CREATE TABLE IF NOT EXISTS litegate_queue_schema (version INTEGER NOT NULL);
 """
 
+# The hour a waiting job's run_at falls in. Counts keep waiting jobs per hour
+# so that "ready" (due now) and "scheduled" (due later) come from a few rows:
+# every hour but the current one is wholly on one side of now, and only the
+# jobs due later within the current hour are counted from the table.
+# Division is monotonic, so a job with run_at > now is never in an earlier
+# hour than now's.
+HOUR = 3600
+
+
+def _bucket(row: str) -> str:
+    return f"CASE WHEN {row}.state = 0 THEN CAST({row}.run_at / {HOUR} AS INTEGER) ELSE 0 END"
+
+
+def _add(row: str, delta: int) -> str:
+    return (
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
+        f"VALUES ({row}.queue, {row}.state, {_bucket(row)}, {delta}) "
+        f"ON CONFLICT (queue, state, bucket) DO UPDATE SET n = n + {delta};"
+    )
+
+
+def _sub(row: str) -> str:
+    where = f"queue = {row}.queue AND state = {row}.state AND bucket = {_bucket(row)}"
+    # An hour that empties leaves no row behind: rows stay few for the sums.
+    return (
+        f"UPDATE {COUNTS_TABLE} SET n = n - 1 WHERE {where};"
+        f"DELETE FROM {COUNTS_TABLE} WHERE {where} AND n = 0;"
+    )
+
+
+# Version 2: exact counts per (queue, state[, hour]) kept by triggers, in the
+# transaction of every write that changes a job's state, run_at or queue:
+# the queue's own statements and anyone else's (put_on, an older litegate, a
+# hand-written UPDATE) alike, so counts() reads a few rows instead of every
+# job. Lease expiry changes no row until a claim sweeps it, and counts()
+# reports a lease that ran out as "leased" until then, as before. The "due"
+# index gives next_due() the earliest waiting job as a seek, and counts()
+# the jobs due later within the current hour. It is on run_at + 0, not
+# run_at, and read only as run_at + 0: a claim's "run_at <= now" must keep
+# walking the ready index in claim order, never sort every due job (the
+# planner would pick a plain run_at index for that range).
+_V2 = f"""
+CREATE TABLE IF NOT EXISTS {COUNTS_TABLE} (
+    queue  TEXT    NOT NULL,
+    state  INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (queue, state, bucket)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS {TABLE}_due ON {TABLE} (queue, (run_at + 0)) WHERE state = 0;
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_insert AFTER INSERT ON {TABLE} BEGIN
+    {_add("new", 1)}
+END;
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_delete AFTER DELETE ON {TABLE} BEGIN
+    {_sub("old")}
+END;
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_update AFTER UPDATE OF queue, state, run_at ON {TABLE}
+WHEN old.queue <> new.queue OR old.state <> new.state OR {_bucket("old")} <> {_bucket("new")}
+BEGIN
+    {_sub("old")}
+    {_add("new", 1)}
+END;
+DELETE FROM {COUNTS_TABLE};
+INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
+    SELECT queue, state, {_bucket(TABLE)}, count(*) FROM {TABLE} GROUP BY 1, 2, 3;
+"""
+
+# Version n's script, applied to a database at version n - 1 (0: none).
+MIGRATIONS = {1: _V1, 2: _V2}
+
+
+def _statements(script: str) -> list[str]:
+    # Split on ";" but keep each CREATE TRIGGER ... END whole.
+    out: list[str] = []
+    buf = ""
+    for part in script.split(";"):
+        buf += part + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf.strip())
+            buf = ""
+    return out
+
 
 def create_schema(conn: sqlite3.Connection) -> int:
-    """Create the tables if needed (inside the caller's transaction); return
-    the schema version found or written."""
+    """Create or migrate the tables (inside the caller's write transaction,
+    so no other writer sees them half done); return the schema version
+    found or written."""
     row = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'litegate_queue_schema'"
     ).fetchone()
+    found = 0
     if row is not None:
-        found = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()[0]
-        if found is not None:
-            return int(found)
-    for statement in SCHEMA.split(";"):
-        if statement.strip():
+        (version,) = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()
+        found = int(version or 0)
+    if found > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the queue's tables in this file are at schema version {found}, newer than this "
+            f"litegate knows ({SCHEMA_VERSION}); upgrade litegate in this environment"
+        )
+    if found == SCHEMA_VERSION:
+        return found
+    # 1 -> 2 reads every job once to fill the counts: seconds per million.
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for statement in _statements(MIGRATIONS[version]):
             conn.execute(statement)
-    conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+        conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (?)", (version,))
     return SCHEMA_VERSION
 
 
@@ -157,9 +251,10 @@ UPDATE {TABLE}
 RETURNING id, payload, attempts, priority, run_at, max_attempts
 """
 
+# Two seeks: the first entry of the "due" and of the "leased" index.
 NEXT_DUE = f"""
 SELECT min(t) FROM (
-    SELECT min(run_at) AS t FROM {TABLE} WHERE queue = :queue AND state = 0
+    SELECT min(run_at + 0) AS t FROM {TABLE} WHERE queue = :queue AND state = 0
     UNION ALL
     SELECT min(lease_until) FROM {TABLE} WHERE queue = :queue AND state = 1
 )
@@ -350,10 +445,17 @@ SELECT_DEAD = (
     f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
     "ORDER BY done_at DESC LIMIT :limit"
 )
+# From the counts table (a row per state, one per hour for waiting jobs),
+# less or plus the jobs due later within the current hour (see _V2).
+_NOW_HOUR = f"CAST(:now / {HOUR} AS INTEGER)"
 COUNTS = f"""
-SELECT (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 0 AND run_at <= :now),
-       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 0 AND run_at > :now),
-       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 1),
-       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 2),
-       (SELECT count(*) FROM {TABLE} WHERE queue = :queue AND state = 3)
+WITH c AS (SELECT state, bucket, n FROM {COUNTS_TABLE} WHERE queue = :queue),
+later AS (SELECT count(*) AS k FROM {TABLE}
+           WHERE queue = :queue AND state = 0 AND run_at + 0 > :now
+             AND run_at + 0 < :now + {HOUR} AND CAST(run_at / {HOUR} AS INTEGER) = {_NOW_HOUR})
+SELECT (SELECT total(n) FROM c WHERE state = 0 AND bucket <= {_NOW_HOUR}) - (SELECT k FROM later),
+       (SELECT total(n) FROM c WHERE state = 0 AND bucket > {_NOW_HOUR}) + (SELECT k FROM later),
+       (SELECT total(n) FROM c WHERE state = 1),
+       (SELECT total(n) FROM c WHERE state = 2),
+       (SELECT total(n) FROM c WHERE state = 3)
 """

@@ -290,7 +290,9 @@ def parse_any(argv: list[str]) -> Config | Combined:
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--noise-k", type=float, default=2.0)
     bench.add_arguments(p)
-    return bench.config_from_args(p.parse_args(argv))
+    cfg = bench.config_from_args(p.parse_args(argv))
+    assert not isinstance(cfg, bench.ScaleConfig)
+    return cfg
 
 
 def _parsed(argv: list[str]) -> Config:

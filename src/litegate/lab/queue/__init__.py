@@ -56,6 +56,9 @@ size stands in for the WAL's, lock conflicts for SQLITE_BUSY; the targets
 are issue 11's (end to end >= 15,000 jobs/s batched, >= 3,000 one-job, and
 >= 1x each peer).
 
+``--scale`` measures something else: the queue's costs against its backlog,
+from 10 thousand to 10 million jobs (see ``_scale``).
+
 ``--backend sqlite,postgres`` (or ``both``) runs SQLite's cells, then
 PostgreSQL's, in one invocation: one report (a summary line per backend with
 its end-to-end jobs/s, then a section per backend), one JSON (``results``,
@@ -69,9 +72,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .._progress import Progress
+from . import _scale
 from ._config import Combined, Config, add_arguments, config_from_args
-from ._render import render
-from ._run import NAME, plan, run
+from ._render import render as _render_seed
+from ._run import NAME, plan
+from ._run import run as _run_seed
+from ._scale import ScaleConfig
 
 HELP = (
     "seed 004: task queue (put/claim/ack) under three profiles vs sqlite3, huey, litequeue; "
@@ -83,6 +90,7 @@ __all__ = [
     "NAME",
     "Combined",
     "Config",
+    "ScaleConfig",
     "add_arguments",
     "charts",
     "config_from_args",
@@ -92,7 +100,21 @@ __all__ = [
 ]
 
 
+def run(cfg: Config | Combined | ScaleConfig, progress: Progress | None = None) -> dict[str, Any]:
+    if isinstance(cfg, ScaleConfig):
+        return _scale.run(cfg, progress)
+    return _run_seed(cfg, progress)
+
+
+def render(result: dict[str, Any]) -> str:
+    if result.get("mode") == "scale":
+        return _scale.render(result)
+    return _render_seed(result)
+
+
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
+    if result.get("mode") == "scale":
+        return _scale.charts(result, out)
     from ._plots import charts as draw
 
     return draw(result, out)

@@ -13,6 +13,7 @@ from .._args import csv as _csv
 from .._args import positive_float as _seconds
 from .._args import positive_int as _count
 from ._pg import is_url, redact
+from ._scale import ScaleConfig
 from ._sides import ALL_SIDES, BACKENDS, PEER_MODULES, SIDES, SIDES_BY_BACKEND
 
 SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
@@ -193,6 +194,36 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("queue options")
+    g.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead of the seed's scenarios: grow one queue's backlog from --scale-min to "
+        "--scale-max jobs (ready, scheduled, done) and time put, put_many, claim, ack, "
+        "counts(), next_due(), purge, bytes per job and the WAL's peak at each size "
+        "(on each --backend)",
+    )
+    g.add_argument(
+        "--scale-max",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="with --scale: the largest backlog (default 10,000,000; quick 100,000)",
+    )
+    g.add_argument(
+        "--scale-min",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="with --scale: the smallest backlog, the first size measured (default 10,000)",
+    )
+    g.add_argument(
+        "--scale-budget",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="with --scale: stop growing (per backend) before a size that would end more "
+        "than S seconds after the backend's start (default: no limit)",
+    )
     g.add_argument(
         "--backend",
         type=parse_backends,
@@ -436,9 +467,36 @@ def _part(
     return Config(**{**asdict(cfg), **changes})
 
 
-def config_from_args(args: argparse.Namespace) -> Config | Combined:
-    """A Config for one backend; for several a Combined of one per backend."""
+def scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleConfig:
+    """``--scale``: the scale curve's configuration (the seed's options do not apply)."""
+    for name in ("scenarios", "sides", "profiles", "seconds", "long_seconds"):
+        if getattr(args, name, None) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} is for the seed's scenarios, not with --scale")
+    if getattr(args, "runs", 1) != 1:
+        raise ValueError("--scale runs once (a backlog of millions is built once); drop --runs")
+    pg = _backend_args(args, backends)
+    quick_max = 100_000 if getattr(args, "quick", False) else 10_000_000
+    low = getattr(args, "scale_min", None) or 10_000
+    return ScaleConfig(
+        backends=backends,
+        scale_min=low,
+        scale_max=getattr(args, "scale_max", None) or max(quick_max, low),
+        budget_s=getattr(args, "scale_budget", None),
+        pg_url=pg.get("pg_url"),
+        pg_fsync=pg.get("pg_fsync", True),
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config | Combined | ScaleConfig:
+    """A Config for one backend; for several a Combined of one per backend;
+    with ``--scale`` the scale curve's."""
     backends = _backends_of(args)
+    if getattr(args, "scale", False):
+        return scale_config(args, backends)
+    for name in ("scale_max", "scale_min", "scale_budget"):
+        if getattr(args, name, None) is not None:
+            raise ValueError(f"--{name.replace('_', '-')} goes with --scale")
     pg = _backend_args(args, backends)
     sides = _sides_for(backends, getattr(args, "sides", None)) if len(backends) > 1 else {}
     # (one backend: --sides go to Config as given, which names any side it lacks)
