@@ -35,7 +35,8 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
-from ._sides import Client, Side, busy_error, open_side, payload
+from ._backends import open_side
+from ._sides import Client, Side, busy_error, payload
 
 POLL_S = 0.001
 """How long a claimer sleeps when it found the queue empty."""

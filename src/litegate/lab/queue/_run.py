@@ -25,11 +25,12 @@ from urllib.parse import urlsplit
 from .. import _stats
 from .._procs import reap
 from .._progress import Progress
+from ._backends import create, remaining
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
 from ._pg import DbSizeSampler, PgCells
 from ._sampler import Sampler
-from ._sides import BATCH_SIDES, NO_BATCH, create, remaining
+from ._sides import BATCH_SIDES, NO_BATCH
 
 NAME = "queue"
 QS = (50.0, 95.0, 99.0)

@@ -3,14 +3,16 @@ process.
 
 Every side offers the same small interface (``put``, ``put_many``,
 ``claim``, ``ack``, ``ack_many``) on a *client*; a process opens its side
-once (``open_side``) and asks it for one client per thread (sides that share
+once (``_backends.open_side``) and asks it for one client per thread (sides that share
 one object between threads, litegate and huey, hand out the same one).
 Payloads are JSON objects ``{"job": k, ...}`` with a job number unique in the
 cell; ``claim`` returns ``(handle, k)`` pairs so the harness can check that
 every job put was processed exactly once.
 
-The PostgreSQL sides (``--backend postgres``) live in ``_pgsides.py``;
-their names and titles are here, with the SQLite ones.
+The PostgreSQL sides (``--backend postgres``) live in ``_pgsides.py``, which
+builds on this module; their names and titles are here, with the SQLite ones.
+``_backends.py`` picks the module for a backend (this one never imports
+``_pgsides``).
 
 This module is imported by spawned children: standard library and litegate
 only at the top; huey, litequeue, ``litegate.queue`` and the PostgreSQL
@@ -518,29 +520,17 @@ SIDE_CLASSES: dict[str, type[Side]] = {
 }
 
 
-def open_side(
-    name: str, path: str, profile: str, *, backend: str = "sqlite", threads: int = 1
-) -> Side:
-    """The side ``name`` on ``path`` (a file; on PostgreSQL the cell's
-    database URL), for a process of ``threads`` threads."""
-    if backend == "postgres":
-        from ._pgsides import open_pg_side
-
-        return open_pg_side(name, path, profile, threads)
+def open_sqlite_side(name: str, path: str, profile: str) -> Side:
+    """The SQLite side ``name`` on the file ``path``."""
     return SIDE_CLASSES[name](path, profile)
 
 
 # -- the parent's set-up and final count -----------------------------------------
 
 
-def create(name: str, path: str, profile: str, *, backend: str = "sqlite") -> None:
-    """Create the side's schema on a fresh file or database (in the parent,
+def create_sqlite(name: str, path: str, profile: str) -> None:
+    """Create the SQLite side's schema on a fresh file (in the parent,
     before the children start, so they do not race on DDL)."""
-    if backend == "postgres":
-        from ._pgsides import create_pg
-
-        create_pg(name, path)
-        return
     if name in ("bare", "seed"):
         conn = sqlite3.connect(path, isolation_level=None)
         try:
@@ -561,7 +551,7 @@ def create(name: str, path: str, profile: str, *, backend: str = "sqlite") -> No
         finally:
             conn.close()
         return
-    side = open_side(name, path, profile)
+    side = open_sqlite_side(name, path, profile)
     try:
         if name == "litequeue":
             side.client()  # LiteQueue creates its table
@@ -569,12 +559,8 @@ def create(name: str, path: str, profile: str, *, backend: str = "sqlite") -> No
         side.close()
 
 
-def remaining(name: str, path: str, profile: str, *, backend: str = "sqlite") -> int:
-    """Jobs still in the queue (not acknowledged) after a cell."""
-    if backend == "postgres":
-        from ._pgsides import remaining_pg
-
-        return remaining_pg(name, path, DONE_STATES)
+def remaining_sqlite(name: str, path: str, profile: str) -> int:
+    """Jobs still in the SQLite side's queue (not acknowledged) after a cell."""
     if name == "litegate":
         side = LitegateSide(path, profile)
         try:
