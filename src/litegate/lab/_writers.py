@@ -69,6 +69,21 @@ def _fair_of(side: str) -> Any:
     return _FAIR[side]
 
 
+def check_side(side: str) -> None:
+    """ValueError naming the sides, unless ``side`` is one (or bounded:K:T)."""
+    if side in SIDES:
+        return
+    if side.startswith("bounded:"):
+        parts = side.split(":")
+        try:
+            if len(parts) == 3 and float(parts[1]) >= 0 and float(parts[2]) >= 0:
+                return
+        except ValueError:
+            pass
+        raise ValueError(f"{side!r}: a budget is bounded:K:T, e.g. bounded:64:0.002")
+    raise ValueError(f"unknown side {side!r}; pick from {', '.join(SIDES)} or bounded:K:T")
+
+
 def _is_litegate(side: str) -> bool:
     return side in _FAIR or side.startswith("bounded:")
 

@@ -979,6 +979,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="inserts in the tail measurement (default 100,000; quick 20,000)",
     )
+    g.add_argument(
+        "--proc-sides",
+        default=None,
+        metavar="LIST",
+        help="the processes part's sides, comma-separated (default "
+        f"{','.join(_writers.SIDES)}); bounded:K:T tries a budget, e.g. bounded:64:0.002",
+    )
+    g.add_argument(
+        "--procs",
+        default=None,
+        metavar="LIST",
+        help="the processes part's writer counts, comma-separated (default 2,4,8)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -997,6 +1010,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if args.tail_inserts < 100:
             raise ValueError("--tail-inserts must be at least 100")
         cfg.tail_inserts = args.tail_inserts
+    if getattr(args, "proc_sides", None):
+        sides = tuple(x.strip() for x in args.proc_sides.split(",") if x.strip())
+        for side in sides:
+            _writers.check_side(side)
+        cfg.proc_sides = sides
+    if getattr(args, "procs", None):
+        try:
+            procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"--procs takes whole numbers, got {args.procs!r}") from None
+        if not procs or min(procs) < 2:
+            raise ValueError("--procs: at least 2 writer processes each, e.g. --procs 2,4,8")
+        cfg.procs = procs
     if args.compare:
         for side in args.compare:
             parse_setting(side)  # fail early on a malformed setting

@@ -50,6 +50,14 @@ def test_config_from_args() -> None:
         micro.config_from_args(_args(ops=5))
     with pytest.raises(ValueError, match="KEY=VALUE"):
         micro.config_from_args(_args(compare=["nonsense", "x=1"]))
+    cfg = micro.config_from_args(_args(proc_sides="sqlite3,bounded:64:0.002", procs="3,6"))
+    assert (cfg.proc_sides, cfg.procs) == (("sqlite3", "bounded:64:0.002"), (3, 6))
+    with pytest.raises(ValueError, match="bounded:K:T"):
+        micro.config_from_args(_args(proc_sides="bounded:x"))
+    with pytest.raises(ValueError, match="unknown side 'mutex'"):
+        micro.config_from_args(_args(proc_sides="mutex"))
+    with pytest.raises(ValueError, match="at least 2"):
+        micro.config_from_args(_args(procs="1"))
 
 
 def test_tiny_run_end_to_end() -> None:
