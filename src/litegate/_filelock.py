@@ -648,29 +648,37 @@ class ProcessLock:
         process that writes again at once then takes it back without a
         system call, as a barger would take a free gate, and its keeper lets
         it go when the head's budget runs out or the process stops writing
-        (see ``FileGate._keep``)."""
+        (see ``FileGate._keep``). Not while a head without any budget
+        (``fair=False``) waits: nothing would ever make the holder let go."""
         if self._want is None:
             return False
         head = self._head()
-        if head is not None and self._due(head[1], time.monotonic_ns()):
-            return False
+        if head is not None:
+            rec = head[1]
+            if rec[5] == _NO_LIMIT and rec[6] == _NO_LIMIT:
+                return False  # a head without a budget (fair=False) would wait for ever
+            if self._due(rec, time.monotonic_ns()):
+                return False
         if not self.idle:
             self.idle = True
             self._words[_H_IDLE >> 3] = self._pid
         return True
 
     def head_due_in(self) -> float | None:
-        """Seconds until the head waiter's time budget runs out (0: due now);
-        None if nobody waits."""
+        """Seconds until the head waiter's time budget runs out (0: due now,
+        or it has no budget at all); None if nobody waits."""
         head = self._head()
         if head is None:
             return None
         now = time.monotonic_ns()
         if self._due(head[1], now):
             return 0.0
-        t_us = head[1][6]
+        k, t_us = head[1][5], head[1][6]
         if t_us == _NO_LIMIT:
-            return math.inf
+            # without any budget (fair=False) it is owed the gate as soon as
+            # it asks, as before keeping for waiters; with only a count, the
+            # count (or the holder going cold) decides
+            return 0.0 if k == _NO_LIMIT else math.inf
         return max(0.0, (head[1][3] + t_us * 1000 - now) / 1e9)
 
     def keep_idle(self) -> None:
