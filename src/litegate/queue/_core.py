@@ -318,19 +318,9 @@ class Core:
         todo = self._mine(jobs, "ack")
         if not todo:
             return 0
-        owned = list(dict.fromkeys((j.id, j.token) for j in todo))
-        ack = partial(self.store.ack, now=time.time(), owned=owned)
-        try:
-            lost: list[int] = yield Tx(
-                ack if also is None else partial(_ack_also, ack, owned, also)
-            )
-        except BaseException:
-            _unsure(todo, "ack")
-            raise
-        if lost:
-            lost = yield from self._own_work(todo, lost, "ack")
-        hint = _retry_hint(todo, lost, "ack")
-        _settled(todo)
+        owned, lost, hint = yield from self._finish(
+            todo, "ack", partial(self.store.ack, now=time.time()), also
+        )
         if lost:
             done = len(owned) - len(lost)
             raise LeaseLost(
@@ -343,6 +333,28 @@ class Core:
                 lost,
             )
         return len(owned)
+
+    def _finish(
+        self, todo: list[Job], what: str, op: Callable[..., Any], also: Also | None
+    ) -> Step[tuple[list[tuple[int, int]], list[int], str]]:
+        """Ack or release ``todo`` (``op``: the store's, given the owned
+        pairs), each job once, with ``also`` in the same transaction; a
+        call whose answer was lost is resolved by its tokens. Returns the
+        owned pairs, the jobs no longer ours, and the hint for a retry."""
+        owned = list(dict.fromkeys((j.id, j.token) for j in todo))
+        call = partial(op, owned=owned)
+        try:
+            lost: list[int] = yield Tx(
+                call if also is None else partial(_ack_also, call, owned, also)
+            )
+        except BaseException:
+            _unsure(todo, what)
+            raise
+        if lost:
+            lost = yield from self._own_work(todo, lost, what)
+        hint = _retry_hint(todo, lost, what)
+        _settled(todo)
+        return owned, lost, hint
 
     def _own_work(self, todo: list[Job], lost: list[int], what: str) -> Step[list[int]]:
         """Of ``lost``, the ids that are really lost. A job whose earlier
@@ -422,19 +434,7 @@ class Core:
         todo = self._mine(jobs, "release")
         if not todo:
             return 0
-        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once, as ack
-        release = partial(self.store.release, owned=owned)
-        try:
-            lost: list[int] = yield Tx(
-                release if also is None else partial(_ack_also, release, owned, also)
-            )
-        except BaseException:
-            _unsure(todo, "release")
-            raise
-        if lost:
-            lost = yield from self._own_work(todo, lost, "release")
-        hint = _retry_hint(todo, lost, "release")
-        _settled(todo)
+        owned, lost, hint = yield from self._finish(todo, "release", self.store.release, also)
         if lost:
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
