@@ -254,7 +254,7 @@ class ProcessLock:
         self._halves = memoryview(self._map).cast("I")  # ... and as u32 words
         self._wake = _futex.Word(self._map, _H_WAKE) if _futex.AVAILABLE else None
         self._want = _futex.Word(self._map, _H_WANT) if _futex.AVAILABLE else None
-        self.idle = False  # we hold the gate with no transaction running (see keep_idle)
+        self.idle = False  # we hold the gate with no transaction running (keep_idle_unless_due)
         self._mutex = threading.Lock()  # guards the helper bookkeeping; no I/O under it
         self._ticket = -1  # our ticket while we wait
         self._held = False
@@ -616,14 +616,6 @@ class ProcessLock:
 
     # -- release ----------------------------------------------------------------
     # -- keeping the gate while idle ----------------------------------------------
-    @property
-    def can_keep_idle(self) -> bool:
-        """Idle keeping needs the doorbell (a futex) for others to ask."""
-        return self._want is not None
-
-    def nobody_waits(self) -> bool:
-        return self._head() is None
-
     def resume(self) -> bool:
         """We hold the gate (kept idle, or for our threads): take it up for a
         transaction if nobody of another process waits; False if someone does
@@ -633,15 +625,6 @@ class ProcessLock:
         lone transactions writes nothing to the shared table."""
         return self._head() is None
 
-    def keep_idle_if_alone(self) -> bool:
-        """Keep the gate idle if nobody waits and the doorbell works."""
-        if self._want is None or self._head() is not None:
-            return False
-        if not self.idle:
-            self.idle = True
-            self._words[_H_IDLE >> 3] = self._pid
-        return True
-
     def keep_idle_unless_due(self) -> bool:
         """Keep the gate idle if the doorbell works and nobody waits, or the
         head waiter (of another process) is still within its budget: a
@@ -650,15 +633,8 @@ class ProcessLock:
         it go when the head's budget runs out or the process stops writing
         (see ``FileGate._keep``). Not while a head without any budget
         (``fair=False``) waits: nothing would ever make the holder let go."""
-        if self._want is None:
+        if self._want is None or self.head_due_in() == 0:
             return False
-        head = self._head()
-        if head is not None:
-            rec = head[1]
-            if rec[5] == _NO_LIMIT and rec[6] == _NO_LIMIT:
-                return False  # a head without a budget (fair=False) would wait for ever
-            if self._due(rec, time.monotonic_ns()):
-                return False
         if not self.idle:
             self.idle = True
             self._words[_H_IDLE >> 3] = self._pid
@@ -680,14 +656,6 @@ class ProcessLock:
             # count (or the holder going cold) decides
             return 0.0 if k == _NO_LIMIT else math.inf
         return max(0.0, (head[1][3] + t_us * 1000 - now) / 1e9)
-
-    def keep_idle(self) -> None:
-        """We hold the gate and nobody waits for it: keep it with no
-        transaction running, so our next transaction takes it back without a
-        system call. Whoever wants it meanwhile rings the doorbell (see
-        :meth:`ring`) and our keeper lets go."""
-        self.idle = True
-        self._words[_H_IDLE >> 3] = self._pid
 
     def busy_again(self) -> None:
         """We take the gate we kept idle back for a transaction."""

@@ -376,15 +376,7 @@ class FileGate:
         """:meth:`release`, with the common case first: nobody waits here or
         elsewhere and this process is hot, so the gate stays kept idle."""
         self.owner = None
-        if (
-            self._hot
-            and self._grant is None
-            and not self.lock._waiters
-            and self.plock.keep_idle_unless_due()
-        ):
-            self._kept_ns = time.monotonic_ns()
-            if self._keeper is None:
-                self._start_keeper()
+        if self._hot and self._grant is None and not self.lock._waiters and self._keep_idle():
             self.lock.release(False)
         else:
             self.release()
@@ -472,12 +464,8 @@ class FileGate:
                     plock.release()
                 else:
                     kept_for_waiters = True  # for our own next waiter (a cohort)
-            elif self._hot and plock.keep_idle_unless_due():
-                # ours again without a system call, until the keeper lets go
-                self._kept_ns = time.monotonic_ns()
-                if self._keeper is None:
-                    self._start_keeper()
-            else:
+            # kept idle: ours again without a system call, until the keeper lets go
+            elif not (self._hot and self._keep_idle()):
                 self._cohort = False
                 self._released_ns = time.monotonic_ns()
                 plock.release()
@@ -502,6 +490,16 @@ class FileGate:
     HOT_GAP_NS = 500_000
     # The keeper's next look when it must let go but a transaction of ours runs.
     BUSY_LOOK_SECONDS = 0.0001
+
+    def _keep_idle(self) -> bool:
+        """Keep the cross-process gate idle if the policy allows it now (see
+        ``ProcessLock.keep_idle_unless_due``), with the keeper running."""
+        if not self.plock.keep_idle_unless_due():
+            return False
+        self._kept_ns = time.monotonic_ns()
+        if self._keeper is None:
+            self._start_keeper()
+        return True
 
     def _start_keeper(self) -> None:
         self._keeper = threading.Thread(

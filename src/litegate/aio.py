@@ -104,6 +104,10 @@ class _Notifier:
             _set_done(ready.popleft())
 
 
+# (when, the write's future, what expires it)
+_Deadline = tuple[float, "asyncio.Future[None]", Callable[[], None]]
+
+
 class _Deadlines:
     """The timeouts of one loop's queued writes, on one timer rather than one
     per write (a TimerHandle, a heap push and a cancel each).
@@ -117,8 +121,7 @@ class _Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._lines: dict[float, deque[tuple[float, asyncio.Future[None], Callable[[], None]]]]
-        self._lines = {}
+        self._lines: dict[float, deque[_Deadline]] = {}  # per limit, in submission order
         self._timer: asyncio.TimerHandle | None = None
         self._at = math.inf  # when the timer fires (inf: not set)
 

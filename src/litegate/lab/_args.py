@@ -40,3 +40,20 @@ def csv(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
         return items
 
     return parse
+
+
+def whole_numbers(least: int = 1) -> Callable[[str], tuple[int, ...]]:
+    """Comma-separated whole numbers, at least one, each at least ``least``."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            items = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"comma-separated whole numbers, got {text!r}"
+            ) from None
+        if not items or min(items) < least:
+            raise argparse.ArgumentTypeError(f"whole numbers of at least {least}, got {text!r}")
+        return items
+
+    return parse

@@ -59,29 +59,32 @@ class _OfdLock:
         os.close(self.fd)
 
 
+def _budget_of(side: str) -> tuple[float, float]:
+    """``bounded:K:T`` -> (K, T), or ValueError showing the form."""
+    parts = side.split(":")
+    try:
+        if len(parts) == 3 and (k := float(parts[1])) >= 0 and (t := float(parts[2])) >= 0:
+            return k, t
+    except ValueError:
+        pass
+    raise ValueError(f"{side!r}: a budget is bounded:K:T, e.g. bounded:64:0.002")
+
+
 def _fair_of(side: str) -> Any:
     """A side's ``fair=``; ``bounded:K:T`` tries a budget (the lab's A/B)."""
     if side.startswith("bounded:"):
         import litegate
 
-        _, k, t = side.split(":")
-        return litegate.Bounded(float(k), float(t))
+        return litegate.Bounded(*_budget_of(side))
     return _FAIR[side]
 
 
 def check_side(side: str) -> None:
     """ValueError naming the sides, unless ``side`` is one (or bounded:K:T)."""
-    if side in SIDES:
-        return
     if side.startswith("bounded:"):
-        parts = side.split(":")
-        try:
-            if len(parts) == 3 and float(parts[1]) >= 0 and float(parts[2]) >= 0:
-                return
-        except ValueError:
-            pass
-        raise ValueError(f"{side!r}: a budget is bounded:K:T, e.g. bounded:64:0.002")
-    raise ValueError(f"unknown side {side!r}; pick from {', '.join(SIDES)} or bounded:K:T")
+        _budget_of(side)
+    elif side not in SIDES:
+        raise ValueError(f"unknown side {side!r}; pick from {', '.join(SIDES)} or bounded:K:T")
 
 
 def _is_litegate(side: str) -> bool:

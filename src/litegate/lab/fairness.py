@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import litegate
 
 from . import _stats
-from ._args import positive_float
+from ._args import positive_float, whole_numbers
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
 
@@ -622,16 +622,6 @@ def _pools(text: str) -> tuple[str, ...]:
     return items
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        items = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated whole numbers, got {text!r}") from None
-    if not items or min(items) < 1:
-        raise argparse.ArgumentTypeError(f"need thread counts >= 1, got {text!r}")
-    return items
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pools",
@@ -642,7 +632,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads",
-        type=_ints,
+        type=whole_numbers(),
         default=None,
         metavar="N,...",
         help="worker thread counts (default 5,10,25,50,100; --quick: 5,50)",

@@ -80,6 +80,7 @@ import litegate
 import litegate.aio
 
 from . import _profile, _writers
+from ._args import whole_numbers
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
@@ -1017,12 +1018,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.proc_sides = sides
     if getattr(args, "procs", None):
         try:
-            procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
-        except ValueError:
-            raise ValueError(f"--procs takes whole numbers, got {args.procs!r}") from None
-        if not procs or min(procs) < 2:
-            raise ValueError("--procs: at least 2 writer processes each, e.g. --procs 2,4,8")
-        cfg.procs = procs
+            cfg.procs = whole_numbers(2)(args.procs)  # (2: writers that take turns)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"--procs: {exc}, e.g. --procs 2,4,8") from None
     if args.compare:
         for side in args.compare:
             parse_setting(side)  # fail early on a malformed setting

@@ -12,6 +12,7 @@ from .. import _stats
 from .._args import csv as _csv
 from .._args import positive_float as _seconds
 from .._args import positive_int as _count
+from .._args import whole_numbers
 from ._pg import is_url, redact
 from ._scale import ScaleConfig
 from ._sides import ALL_SIDES, BACKENDS, PEER_MODULES, SIDES, SIDES_BY_BACKEND
@@ -182,16 +183,6 @@ def missing_peers(sides: Sequence[str]) -> list[str]:
     return [s for s in sides if any(importlib.util.find_spec(m) is None for m in peer_modules(s))]
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        items = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated whole numbers, got {text!r}") from None
-    if not items or any(n < 1 for n in items):
-        raise argparse.ArgumentTypeError(f"whole numbers of at least 1, got {text!r}")
-    return items
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("queue options")
     g.add_argument(
@@ -309,14 +300,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--stress-workers",
-        type=_ints,
+        type=whole_numbers(),
         default=None,
         metavar="LIST",
         help="the stress ramp (default 1,2,4,8,16; quick 1,4,16)",
     )
     g.add_argument(
         "--concurrent-workers",
-        type=_ints,
+        type=whole_numbers(),
         default=None,
         metavar="LIST",
         help="worker processes of the concurrent-writers scenario (default 2,4,8; quick 4)",
