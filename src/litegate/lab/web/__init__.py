@@ -57,7 +57,7 @@ from typing import Any
 from .._args import positive_float, positive_int
 from .._progress import Progress
 from .._stats import median
-from . import _acks, _hey, _profile
+from . import _acks, _hey, _profile, _variant
 from ._actions import MIXES as _WEIGHTS
 from ._cli import ALL_ENGINES, FRAMEWORKS
 from ._cli import ENGINES as ENGINES_OF
@@ -88,7 +88,12 @@ class Config:
 
     def sides(self) -> list[tuple[str, str]]:
         """(framework, engine) pairs, in the order each cell runs them."""
-        return [(f, e) for f in self.frameworks for e in ENGINES_OF[f] if e in self.engines]
+        return [
+            (f, e)
+            for f in self.frameworks
+            for e in _ordered(self.engines)
+            if _variant.base(e) in ENGINES_OF[f]
+        ]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -96,6 +101,17 @@ def _ints(text: str) -> tuple[int, ...]:
     if any(v < 1 for v in out):
         raise ValueError(f"concurrencies must be whole numbers >= 1, got {text!r}")
     return out
+
+
+def _ordered(engines: tuple[str, ...]) -> list[str]:
+    """The engines in the frameworks' order (naive, wal, tuned, litegate),
+    each variant right after the configuration it varies, as given."""
+
+    def key(e: str) -> tuple[int, bool, int]:
+        base = _variant.base(e)
+        return ENGINES.index(base), e != base, engines.index(e)
+
+    return sorted(engines, key=key)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,7 +123,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engines",
         default=",".join(ENGINES),
-        help="comma-separated (all): naive, wal (django only), tuned, litegate",
+        help="comma-separated (all): naive, wal (django only), tuned, litegate; "
+        "litegate+NAME=VALUE[+NAME=VALUE] is litegate with PRAGMAs over its profile's "
+        "(a candidate default, e.g. litegate+mmap_size=134217728)",
     )
     p.add_argument(
         "--seconds", type=positive_float, default=10.0, help="hey -z per cell (10, the seed's)"
@@ -151,11 +169,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if bad or not frameworks:
         raise ValueError(f"unknown framework(s) {bad}; pick from {', '.join(FRAMEWORKS)}")
     engines = tuple(dict.fromkeys(e.strip() for e in args.engines.split(",") if e.strip()))
-    bad = [e for e in engines if e not in ENGINES]
+    bases = {_variant.base(e) for e in engines}  # (ValueError for a malformed variant)
+    bad = [e for e in engines if _variant.base(e) not in ENGINES]
     if bad or not engines:
         raise ValueError(f"unknown engine(s) {bad}; pick from {', '.join(ENGINES)}")
     for f in frameworks:
-        if not set(engines) & set(ENGINES_OF[f]):
+        if not bases & set(ENGINES_OF[f]):
             raise ValueError(
                 f"none of the engines {', '.join(engines)} runs on {f}; "
                 f"its engines: {', '.join(ENGINES_OF[f])}"
@@ -370,6 +389,7 @@ def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
                 "http_5xx": fives(c),
                 "responses": c["hey"]["responses"],
                 "locked": c["locked"],
+                "cpu_ms_per_request": c["cpu_ms_per_request"],
             }
     return {
         "headline": {

@@ -9,6 +9,7 @@ import sqlite3
 import sys
 from contextlib import closing
 
+from . import _variant
 from .app.engines import ENGINES as DJANGO_ENGINES
 from .fastapi_app import ENGINES as FASTAPI_ENGINES
 
@@ -58,11 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument(
         "--engine",
-        choices=ALL_ENGINES,
         default="litegate",
         help="naive: the framework's defaults; wal (django only): the same in WAL mode; "
         "tuned: the framework's documented best (IMMEDIATE, busy timeout, PRAGMAs); "
-        "litegate: ENGINE 'litegate.django' or 'sqlite+litegate' (default)",
+        "litegate: ENGINE 'litegate.django' or 'sqlite+litegate' (default); "
+        "litegate+NAME=VALUE[+NAME=VALUE]: litegate with PRAGMAs over its profile's",
     )
     v.add_argument(
         "--bind",
@@ -131,7 +132,7 @@ def _seed(args: argparse.Namespace) -> int:
 def journal_for(engine: str) -> str:
     """The journal mode an engine configuration runs with: Django's default
     (naive) has the rollback journal; the others WAL."""
-    return "delete" if engine == "naive" else "wal"
+    return "delete" if _variant.base(engine) == "naive" else "wal"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -139,7 +140,11 @@ def _serve(args: argparse.Namespace) -> int:
     if not (bind.startswith("127.0.0.1:") or bind.startswith("unix:")):
         return _error(f"--bind must be 127.0.0.1:PORT or unix:PATH, got {bind!r}")
     engines = ENGINES[args.framework]
-    if args.engine not in engines:
+    try:
+        base = _variant.base(args.engine)
+    except ValueError as exc:
+        return _error(f"--engine: {exc}")
+    if base not in engines:
         return _error(
             f"--engine {args.engine} is not one of the {args.framework} app's: "
             + ", ".join(engines)
@@ -202,7 +207,7 @@ def _missing(framework: str, engine: str) -> str:
     absent = [m for m in _NEEDS[framework] if importlib.util.find_spec(m) is None]
     if absent:
         return f"{', '.join(absent)} not installed: pip install 'litegate[web]'"
-    if framework == "fastapi" and engine == "litegate":
+    if framework == "fastapi" and _variant.base(engine) == "litegate":
         from sqlalchemy.dialects import registry
         from sqlalchemy.exc import NoSuchModuleError
 

@@ -51,13 +51,14 @@ def _framework(result: dict[str, Any], framework: str, summ: dict[str, Any]) -> 
         f"Headline: hey -c 20 -z {cfg['seconds']:g}s -m POST /benchmarking/balanced, "
         f"{cfg['headline']} run(s) per engine",
     ]
+    w = max(9, *(len(e) for e in summ))  # variants (litegate+NAME=VALUE) are longer
     for engine, s in summ.items():
         h = s["headline"]
         if not h["rps"]:
             continue
         total = sum(h["responses"])
         lines.append(
-            f"  {engine:<9} rps {mean(h['rps']):,.0f} {_list(h['rps'], '.0f')}; "
+            f"  {engine:<{w}} rps {mean(h['rps']):,.0f} {_list(h['rps'], '.0f')}; "
             f"average {_ms(mean(h['average_s']))}; p90 {_pct(h['p90_s'])}; "
             f"p99 {_pct(h['p99_s'])}; slowest {_ms(max(h['slowest_s']))}; "
             f"HTTP 5xx {_share(sum(h['http_5xx']), total)}, "
@@ -80,13 +81,19 @@ def _framework(result: dict[str, Any], framework: str, summ: dict[str, Any]) -> 
             lines.append(row)
     cells = sorted({(m, int(n)) for s in summ.values() for m, by in s["mixes"].items() for n in by})
     for m, n in cells:
-        lines += ["", f"{m}, c = {n}: rps / p99 / slowest / HTTP 500 / 'database is locked'"]
+        lines += [
+            "",
+            f"{m}, c = {n}: rps / p99 / slowest / HTTP 500 / 'database is locked' / "
+            "server CPU ms per request",
+        ]
         for engine, s in summ.items():
             c = s["mixes"].get(m, {}).get(str(n))
             if c:
+                cpu = c.get("cpu_ms_per_request")  # (absent from results of older runs)
                 lines.append(
-                    f"  {engine:<9} {c['rps']:>8,.0f} {_pct([c['p99_s']]):>9} "
+                    f"  {engine:<{w}} {c['rps']:>8,.0f} {_pct([c['p99_s']]):>9} "
                     f"{_ms(c['slowest_s']):>9} {c['http_500_rate']:>7.1%} {c['locked']:>6}"
+                    + (f" {cpu:>8.1f}" if cpu is not None else "")
                 )
     lines += _checks(summ)
     lines += _targets_django(result, summ) if framework == "django" else _targets_fastapi(summ)

@@ -30,6 +30,9 @@ def exercise(engine: str, db: str, acks: str) -> dict[str, Any]:
         "vendor": connection.vendor,
         "engine": connection.settings_dict["ENGINE"],
     }
+    with connection.cursor() as cur:  # what the engine configuration set (a variant's PRAGMA)
+        cur.execute("PRAGMA cache_size")
+        out["cache_size"] = cur.fetchone()[0]
     for action in ("post_create", "comment_create", "post_destroy", "comment_destroy",
                    "post_show", "posts_index", "user_show"):  # fmt: skip
         before = counts()

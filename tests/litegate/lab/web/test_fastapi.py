@@ -298,3 +298,29 @@ def test_serve_says_what_a_fastapi_server_lacks(
     assert "no_such_module_here not installed: pip install 'litegate[web]'" in (
         capsys.readouterr().err
     )
+
+
+def test_a_litegate_variant_sets_its_pragma_on_both_engines(tmp_path: Path) -> None:
+    """``litegate+NAME=VALUE`` (a candidate default, measured beside the
+    default in one bench run) reaches the writer and the readers."""
+    import asyncio
+
+    from sqlalchemy import text
+
+    from litegate.lab.web.fastapi_app.engines import make
+
+    path = str(tmp_path / "v.db")
+    sqlite3.connect(path).execute("PRAGMA journal_mode = wal").close()
+
+    async def read_back() -> list[int]:
+        engines = make("litegate+cache_size=-4321", path)
+        try:
+            got = []
+            for engine in (engines.writer, engines.reader):
+                async with engine.connect() as conn:
+                    got.append((await conn.execute(text("PRAGMA cache_size"))).scalar_one())
+            return got
+        finally:
+            await engines.writer.dispose()
+
+    assert asyncio.run(read_back()) == [-4321, -4321]

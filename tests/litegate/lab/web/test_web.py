@@ -5,6 +5,7 @@ here asserts a speed."""
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import re
 from pathlib import Path
@@ -29,7 +30,8 @@ def _copy(seeded: Path, tmp_path: Path) -> str:
     return copy_of(seeded, tmp_path / "hn.db")
 
 
-@pytest.mark.parametrize("engine", bench.ENGINES)
+# (the variant: litegate with a PRAGMA over its profile's, a candidate default)
+@pytest.mark.parametrize("engine", [*bench.ENGINES, "litegate+cache_size=-4321"])
 def test_every_route_on_every_engine(engine: str, seeded: Path, tmp_path: Path) -> None:
     db = _copy(seeded, tmp_path)
     acks = tmp_path / "acks"
@@ -38,7 +40,10 @@ def test_every_route_on_every_engine(engine: str, seeded: Path, tmp_path: Path) 
         out: dict[str, Any] = pool.apply(procs.exercise, (engine, db, str(acks)))
     assert out["vendor"] == "sqlite"
     stock = "django.db.backends.sqlite3"
-    assert out["engine"] == ("litegate.django" if engine == "litegate" else stock)
+    assert out["engine"] == ("litegate.django" if engine.startswith("litegate") else stock)
+    # the default profile's cache (20 MB), the tuned recipe's 2000 pages, or the variant's
+    cache = {"tuned": 2000, "litegate": -20000, "litegate+cache_size=-4321": -4321}
+    assert out["cache_size"] == cache.get(engine, -2000), out["cache_size"]
     status, location, before, after = out["post_create"]
     assert status == 302
     assert re.fullmatch(r"/posts/\d+/", location), location
@@ -203,6 +208,9 @@ def test_serve_refuses_other_hosts_and_missing_files(
         (["--framework", "flask"], "unknown framework(s) ['flask']"),
         (["--framework", "fastapi", "--engines", "wal"], "none of the engines wal runs on fastapi"),
         (["--mix-c", "20,0"], "concurrencies must be whole numbers >= 1"),
+        (["--engines", "tuned+mmap_size=1"], "only litegate takes PRAGMA overrides"),
+        (["--engines", "litegate+mmap_size"], "'mmap_size' is not NAME=VALUE"),
+        (["--engines", "litegate+mmap_size=1;DROP"], "is not NAME=VALUE"),
     ],
 )
 def test_bench_web_refuses_bad_options(
@@ -210,3 +218,26 @@ def test_bench_web_refuses_bad_options(
 ) -> None:
     assert main(["bench", "web", *args, "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_engine_variants_name_their_pragmas() -> None:
+    from litegate.lab.web import _variant
+
+    assert _variant.split("tuned") == ("tuned", {})
+    assert _variant.split("litegate+mmap_size=134217728+cache_size=-2000") == (
+        "litegate",
+        {"mmap_size": "134217728", "cache_size": "-2000"},
+    )
+    with pytest.raises(ValueError, match=r"'synchronous=' is not NAME=VALUE"):
+        _variant.split("litegate+synchronous=")
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(quick=False, runs=1)  # (the options every bench shares)
+    bench.add_arguments(parser)
+    cfg = bench.config_from_args(
+        parser.parse_args(["--engines", "litegate+mmap_size=1,tuned,litegate"])
+    )
+    # each variant right after the configuration it varies, for both apps
+    assert cfg.sides() == [
+        ("django", "tuned"), ("django", "litegate"), ("django", "litegate+mmap_size=1"),
+        ("fastapi", "tuned"), ("fastapi", "litegate"), ("fastapi", "litegate+mmap_size=1"),
+    ]  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._variant import split
+
 ENGINES = ("naive", "wal", "tuned", "litegate")
 
 
@@ -16,7 +18,9 @@ _TUNED_PRAGMAS = (
 
 
 def database(engine: str, name: str) -> dict[str, Any]:
-    """The DATABASES["default"] of one engine configuration."""
+    """The DATABASES["default"] of one engine configuration (or a variant:
+    ``litegate+NAME=VALUE``, see ``_variant``)."""
+    engine, pragmas = split(engine)
     if engine in ("naive", "wal"):  # wal: the file is put in WAL mode (`litegate web serve`)
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
     if engine == "tuned":
@@ -34,7 +38,7 @@ def database(engine: str, name: str) -> dict[str, Any]:
     return {
         "ENGINE": "litegate.django",
         "NAME": name,
-        "OPTIONS": {"timeout": 5},
+        "OPTIONS": {"timeout": 5, **({"pragmas": pragmas} if pragmas else {})},
         "CONN_MAX_AGE": 600,
         "CONN_HEALTH_CHECKS": True,
     }

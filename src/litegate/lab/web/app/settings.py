@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 
+from .._variant import base
 from .engines import ENGINES, database
 
 ENGINE = os.environ.get("LITEGATE_WEB_ENGINE", "litegate")
-if ENGINE not in ENGINES:
+if base(ENGINE) not in ENGINES:
     raise RuntimeError(f"LITEGATE_WEB_ENGINE must be one of {ENGINES}, got {ENGINE!r}")
 _DB = os.environ.get("LITEGATE_WEB_DB", "hn.sqlite3")
 

@@ -30,6 +30,7 @@ from sqlalchemy.sql.base import ExecutableOption
 
 from .. import _acks
 from .._actions import UnknownAction, choose
+from .._variant import base
 from . import ENGINES
 from .engines import Engines, make
 from .models import Comment, Post, User, utcnow
@@ -49,7 +50,7 @@ class Database:
 
 def _from_environment() -> Database:
     engine = os.environ.get("LITEGATE_WEB_ENGINE", "litegate")
-    if engine not in ENGINES:
+    if base(engine) not in ENGINES:
         raise RuntimeError(f"LITEGATE_WEB_ENGINE must be one of {ENGINES}, got {engine!r}")
     return Database(make(engine, os.environ.get("LITEGATE_WEB_DB", "hn.sqlite3")))
 

@@ -1,0 +1,43 @@
+"""Engine variants: ``litegate+NAME=VALUE[+NAME=VALUE…]`` is the ``litegate``
+configuration with PRAGMAs that override its profile's, so that a candidate
+for the default profile is measured in the same run as the default
+(``--engines tuned,litegate,litegate+mmap_size=134217728``). Each server
+process reads the variant back from its engine name; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The configuration variants apply to: the others have no profile to override.
+BASE = "litegate"
+_ITEM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(-?[A-Za-z0-9_.]+)$")
+
+
+def split(engine: str) -> tuple[str, dict[str, str]]:
+    """``"litegate+mmap_size=134217728"`` -> ``("litegate", {"mmap_size":
+    "134217728"})``; a plain name -> ``(name, {})``. ValueError says what a
+    variant looks like."""
+    base, plus, rest = engine.partition("+")
+    if not plus:
+        return engine, {}
+    if base != BASE:
+        raise ValueError(
+            f"engine {engine!r}: only {BASE} takes PRAGMA overrides "
+            f"({BASE}+NAME=VALUE, e.g. {BASE}+mmap_size=134217728)"
+        )
+    pragmas: dict[str, str] = {}
+    for item in rest.split("+"):
+        m = _ITEM.match(item)
+        if m is None:
+            raise ValueError(
+                f"engine {engine!r}: {item!r} is not NAME=VALUE (a PRAGMA name and a number or "
+                f"a bare word, e.g. {BASE}+mmap_size=134217728+cache_size=2000)"
+            )
+        pragmas[m.group(1)] = m.group(2)
+    return base, pragmas
+
+
+def base(engine: str) -> str:
+    """The configuration an engine name is (a variant of)."""
+    return split(engine)[0]
