@@ -223,3 +223,24 @@ def rsd(counts: Sequence[float]) -> float:
     if not mean_:
         return 0.0
     return math.sqrt(sum((c - mean_) ** 2 for c in counts) / len(counts)) / mean_
+
+
+def share_figures(counts: Sequence[float]) -> dict[str, float | None]:
+    """How evenly workers shared the work, from each worker's count of what
+    it completed: Jain's index, the RSD, and the smallest and largest count
+    over their mean (both 1.0 when every worker did as much; "every share
+    within 1.5 x of the mean" is ``share_min_of_mean >= 1 / 1.5`` and
+    ``share_max_of_mean <= 1.5``).
+
+    Everything is ``None`` without a worker, and the two shares of the mean
+    are ``None`` when no worker completed anything (no mean to divide by).
+    """
+    if len(counts) == 0:
+        return {"jain": None, "rsd": None, "share_min_of_mean": None, "share_max_of_mean": None}
+    mean_ = math.fsum(counts) / len(counts)
+    return {
+        "jain": jain(counts),
+        "rsd": rsd(counts),
+        "share_min_of_mean": min(counts) / mean_ if mean_ else None,
+        "share_max_of_mean": max(counts) / mean_ if mean_ else None,
+    }

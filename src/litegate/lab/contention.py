@@ -56,6 +56,11 @@ process on Linux). Per cell:
   start signal). Negative: every child got in during the 1 ms gap between
   two slow queries (the parent's second query then waited for them).
 
+No Jain's index: every child thread does exactly one write, so the per-child
+counts are equal by design (fewer only where a write failed, which ERRORS
+counts); how evenly the waiting was shared shows in FASTEST, SLOWEST and
+AFTER_RELEASE.
+
 The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
 last waiter got through, also when the children got in during the gap; and

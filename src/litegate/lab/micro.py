@@ -37,6 +37,10 @@ run:
   against 8 threads sharing a mutex and one transaction per write, and
   against one thread alone.
 
+With threads (durable, threads), each side also has Jain's index and the RSD
+over the threads' counts of finished writes when the first thread was done
+(``_Completions``): how evenly the threads shared the writes.
+
 Part 3, the single-insert tail: 100,000 inserts in a row with the
 background checkpointer on; the slowest ones are matched against what
 overlapped them (a Python garbage collection, a checkpoint).
@@ -84,7 +88,7 @@ from ._args import whole_numbers
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
-from ._stats import compare, describe, median, summarise
+from ._stats import compare, describe, jain, median, rsd, summarise
 
 NAME = "micro"
 HELP = "seed 002: per-operation latency vs plain sqlite3, write throughput, insert tail"
@@ -354,6 +358,32 @@ def _threads(n: int, body: Callable[[int], None]) -> float:
     return elapsed
 
 
+class _Completions:
+    """Each thread's count of finished writes, frozen when the first thread
+    has done all of its own. Every thread writes a fixed number, so the
+    counts at the end are equal whatever happened; while all of them still
+    compete, the counts say how evenly they shared the lock (a thread that
+    takes it back again and again finishes first, the others far behind)."""
+
+    def __init__(self, threads: int) -> None:
+        self.counts = [0] * threads  # thread k alone writes counts[k]
+        self.first: list[int] | None = None
+        self._lock = threading.Lock()
+
+    def finished(self) -> None:
+        with self._lock:
+            if self.first is None:
+                self.first = list(self.counts)
+
+    def figures(self, side: str) -> dict[str, Any]:
+        counts = self.first if self.first is not None else self.counts
+        return {
+            f"{side}_counts": counts,
+            f"{side}_jain": jain(counts),
+            f"{side}_rsd": rsd(counts),
+        }
+
+
 def _mutex_writer(path: str, synchronous: str) -> tuple[sqlite3.Connection, Callable[[], None]]:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -377,10 +407,13 @@ def _count(path: str) -> int:
 
 def throughput_threads(
     threads: int, per_thread: int, profile: str, synchronous: str
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """litegate (``db.execute`` from n threads) against a mutex around one
-    transaction per write; writes per second, each on a fresh database."""
+    transaction per write; writes per second, each on a fresh database, and
+    per side the threads' counts of finished writes when the first of them
+    was done, with Jain's index and the RSD over them (``_Completions``)."""
     total = threads * per_thread
+    lg_done, mx_done = _Completions(threads), _Completions(threads)
     with fresh_dir() as d:
         path = os.path.join(d, "lg.db")
         db = litegate.connect(path, profile=profile, timeout=60)
@@ -389,6 +422,8 @@ def throughput_threads(
         def lg(k: int) -> None:
             for _ in range(per_thread):
                 db.execute("INSERT INTO w(v) VALUES ('x')")
+                lg_done.counts[k] += 1
+            lg_done.finished()
 
         lg_s = _threads(threads, lg)
         batches = db.stats()["writes"]["group_commit"]
@@ -401,6 +436,8 @@ def throughput_threads(
         def mx(k: int) -> None:
             for _ in range(per_thread):
                 write_one()
+                mx_done.counts[k] += 1
+            mx_done.finished()
 
         mx_s = _threads(threads, mx)
         conn.close()
@@ -411,6 +448,8 @@ def throughput_threads(
         "baseline_per_s": total / mx_s,
         "ratio": mx_s / lg_s,
         "batch_mean": float(batches["mean"]),
+        **lg_done.figures("litegate"),
+        **mx_done.figures("baseline"),
     }
 
 
@@ -781,6 +820,8 @@ def render(result: dict[str, Any]) -> str:
             Column("LITEGATE /s"),
             Column("BASELINE /s"),
             Column("RATIO"),
+            Column("JAIN lg / base"),
+            Column("RSD lg / base"),
             Column("TARGET", "left"),
         ]
         if runs > 1:
@@ -794,6 +835,8 @@ def render(result: dict[str, Any]) -> str:
                 f"{s['litegate_per_s']['median']:,.0f}",
                 f"{s['baseline_per_s']['median']:,.0f}",
                 f"{ratio:.2f}x",
+                _thread_shares(s, "jain"),
+                _thread_shares(s, "rsd"),
                 f"{text}: {'met' if ratio >= goal else 'MISSED'}",
             ]
             if runs > 1:
@@ -808,7 +851,9 @@ def render(result: dict[str, Any]) -> str:
         parts.append(
             f"threads: one thread alone {single:,.0f}/s; litegate with 8 threads is "
             f"{vs:.2f}x of that (target >= 0.8x: {'met' if vs >= 0.8 else 'MISSED'}); "
-            "durable: synchronous=FULL, 32 threads; asyncio: 1,000 tasks"
+            "durable: synchronous=FULL, 32 threads; asyncio: 1,000 tasks; JAIN / RSD: "
+            "over the threads' finished writes when the first thread was done (litegate / "
+            "the baseline; 1.000 / 0% = equal shares)"
         )
     if "tail" in result:
         tail = result["tail"]
@@ -840,6 +885,17 @@ def render(result: dict[str, Any]) -> str:
         parts.append("")
         parts.append(_profile.render(result["profile"]))
     return "\n".join(parts)
+
+
+def _thread_shares(s: dict[str, Any], figure: str) -> str:
+    """``litegate / baseline`` Jain (or RSD) of a threads scenario's row;
+    ``-`` for a row without per-thread counts (asyncio's tasks)."""
+    lg, base = s.get(f"litegate_{figure}"), s.get(f"baseline_{figure}")
+    if lg is None or base is None:
+        return "-"
+    if figure == "jain":
+        return f"{lg['median']:.3f} / {base['median']:.3f}"
+    return f"{fmt_pct(lg['median'])} / {fmt_pct(base['median'])}"
 
 
 def _render_processes(

@@ -86,6 +86,16 @@ def test_tiny_run_end_to_end() -> None:
         assert thr["asyncio"]["writes"] == 1000
         assert thr["threads"]["writes"] == 160
         assert thr["threads"]["litegate_per_s"] > 0
+        for scenario, threads, each in (("durable", 32, 2), ("threads", 8, 20)):
+            t = thr[scenario]
+            for side in ("litegate", "baseline"):
+                counts = t[f"{side}_counts"]
+                assert len(counts) == threads  # one count per thread
+                assert max(counts) == each  # frozen when the first thread had done its own
+                assert t[f"{side}_jain"] == _stats.jain(counts)
+                assert 1 / threads - 1e-12 <= t[f"{side}_jain"] <= 1.0
+                assert t[f"{side}_rsd"] == _stats.rsd(counts) >= 0.0
+        assert "litegate_jain" not in thr["asyncio"]  # tasks, not threads: no counts
     s = result["summary"]["latency"]["point_query"]["p50"]
     assert s["sqlite3"]["n"] == 2
     assert s["compare"]["verdict"] in ("~", "lower", "higher")
@@ -95,6 +105,10 @@ def test_tiny_run_end_to_end() -> None:
     for w in micro.WORKLOADS:
         assert w in text
     assert "durable" in text
+    assert "JAIN lg / base" in text
+    jain_summary = result["summary"]["throughput"]["threads"]["litegate_jain"]
+    assert jain_summary["n"] == 2
+    assert 1 / 8 - 1e-12 <= jain_summary["median"] <= 1.0
     assert "asyncio" in text
     assert "single-insert tail" in text
     for run in result["runs"]:

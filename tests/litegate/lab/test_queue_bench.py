@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from litegate.__main__ import main
+from litegate.lab import _stats
 from litegate.lab import queue as bench
 from litegate.lab.queue import _config, _render, _run, _sides
 from litegate.lab.queue._config import Combined, Config
@@ -102,6 +103,12 @@ def test_e2e_processes_exactly_the_jobs_put(result: dict[str, Any]) -> None:
         assert sum(f["shares"]) == 300
         assert len(f["shares"]) == 2  # one share per worker process
         assert not f["timed_out"]
+        # how evenly the 2 worker processes shared the jobs, from their shares
+        assert f["jain"] == _stats.jain(f["shares"])
+        assert 0.5 <= f["jain"] <= 1.0  # 1/n .. 1 for n = 2
+        assert f["rsd"] == _stats.rsd(f["shares"]) >= 0.0
+        assert f["share_min_of_mean"] == min(f["shares"]) / 150
+        assert f["share_max_of_mean"] == max(f["shares"]) / 150
 
 
 def test_sides_without_a_batch_api_are_na(result: dict[str, Any]) -> None:
@@ -122,6 +129,17 @@ def test_time_bounded_scenarios(result: dict[str, Any]) -> None:
     for r in _cells(result, "stress"):
         # every cycle puts one job and claims one: never more claims than puts
         assert 0 < r["figures"]["ops"] <= r["accounting"]["put"]
+        # 2 worker processes: Jain's index over their cycles within 1/2 .. 1
+        assert 0.5 <= r["figures"]["jain"] <= 1.0
+        assert r["figures"]["rsd"] >= 0.0
+    for r in _cells(result, "mixed") + _cells(result, "long"):
+        # 1 writer and 1 claimer process: each role's shares are trivially equal
+        f = r["figures"]
+        assert (f["writer_jain"], f["writer_rsd"]) == (1.0, 0.0)
+        if f["claims"]:
+            assert (f["claimer_jain"], f["claimer_rsd"]) == (1.0, 0.0)
+    for r in _cells(result, "single") + _cells(result, "concurrent"):
+        assert "jain" not in r["figures"]  # fixed counts per process: nothing to measure
     for r in _cells(result, "long"):
         times = [t for t, _ in r["wal_series"]]
         assert len(times) >= 3
@@ -139,6 +157,11 @@ def test_litegate_sees_no_errors(result: dict[str, Any]) -> None:
     names = [t["target"] for t in result["targets"]]
     assert any(n.startswith("litegate: 0 errors") for n in names)
     assert any(n.startswith("e2e batched") for n in names)
+    shares = [t for t in result["targets"] if "worker shares within 1.5x" in t["target"]]
+    assert [t["target"].split(":")[0] for t in shares] == [
+        "e2e batched (balanced)",
+        "e2e one-job (balanced)",
+    ]
     assert any(n.startswith("long (balanced)") for n in names)
 
 
@@ -159,6 +182,8 @@ def test_render_uses_the_seeds_tables(result: dict[str, Any]) -> None:
         "n/a: no batch API",
         "no lease/ack: dequeue deletes",
         "Breaking points:",
+        "| Worker share min/max | Jain  | RSD",
+        "Jain W / C",
         "Targets (litegate",
         "**Balanced**",
     ):
@@ -262,6 +287,43 @@ def test_wal_bounded() -> None:
     assert not _run.wal_bounded(growing)[0]
     assert _run.wal_bounded(cycling)[0]
     assert _run.wal_bounded([])[0]
+
+
+def _e2e_entry(shares: list[list[int]]) -> dict[str, Any]:
+    """A summary entry of an end-to-end row whose runs had these shares."""
+    runs = [
+        {**_run._shares(s), "share_min": float(min(s)), "share_max": float(max(s))} for s in shares
+    ]
+    figures = {
+        k: _stats.summarise([v for r in runs if (v := r[k]) is not None]).to_json() for k in runs[0]
+    }
+    return {"na": None, "figures": figures}
+
+
+def test_share_target() -> None:
+    # runs of 90 / 110 and 100 / 100: medians 0.95x .. 1.05x the mean, Jain 0.995
+    even = _run.share_target(_e2e_entry([[90, 110], [100, 100]]), "e2e batched (balanced)")
+    assert even["target"] == (
+        "e2e batched (balanced): litegate worker shares within 1.5x of the mean, Jain >= 0.95"
+    )
+    assert even["met"]
+    assert even["detail"] == (
+        "95 to 105 jobs per worker process (0.95x to 1.05x the mean), Jain 0.995, RSD 5.0%"
+    )
+    # 68 / 132: both within 1.5x of the mean 100, but Jain 1 / (1 + 0.32^2) = 0.907
+    spread = _run.share_target(_e2e_entry([[68, 132]]), "x")
+    assert spread["value"] == pytest.approx(1 / (1 + 0.32**2))
+    assert not spread["met"]
+    # one of 10 processes at 0.6x of the mean: Jain 0.983 is met, the share is not
+    lagging = _run.share_target(_e2e_entry([[60] + [104] * 5 + [105] * 4]), "x")
+    assert lagging["value"] == pytest.approx(0.98251, abs=1e-5)
+    assert not lagging["met"]
+    # on the limit: 150 is exactly 1.5x the mean 100, Jain 0.976
+    assert _run.share_target(_e2e_entry([[150] + [95] * 10]), "x")["met"]
+    # no worker process reported: nothing to meet the target with
+    nobody = _run.share_target({"na": None, "figures": {}}, "x")
+    assert not nobody["met"]
+    assert nobody["detail"] == "no worker process reported a job"
 
 
 def test_md_table() -> None:

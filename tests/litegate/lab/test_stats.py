@@ -124,3 +124,42 @@ def test_describe() -> None:
     assert d["max"] == 4.0
     assert d["stddev"] == pytest.approx(math.sqrt(1.25))
     assert _stats.describe([])["count"] == 0
+
+
+def test_jain_and_rsd_known_values() -> None:
+    # 2, 4, 6: sum 12, sum of squares 56 -> 12^2 / (3 x 56) = 6/7;
+    # mean 4, population variance (4 + 0 + 4) / 3 = 8/3 -> RSD sqrt(8/3) / 4 = sqrt(1/6)
+    assert _stats.jain([2, 4, 6]) == pytest.approx(6 / 7)
+    assert _stats.rsd([2, 4, 6]) == pytest.approx(math.sqrt(1 / 6))
+    assert _stats.jain([7]) == 1.0
+    assert _stats.rsd([7]) == 0.0
+
+
+def test_share_figures() -> None:
+    assert _stats.share_figures([2, 4, 6]) == {
+        "jain": pytest.approx(6 / 7),
+        "rsd": pytest.approx(math.sqrt(1 / 6)),
+        "share_min_of_mean": 0.5,
+        "share_max_of_mean": 1.5,
+    }
+    assert _stats.share_figures([10, 10, 10, 10]) == {
+        "jain": 1.0,
+        "rsd": 0.0,
+        "share_min_of_mean": 1.0,
+        "share_max_of_mean": 1.0,
+    }
+    # one worker got everything: Jain 1/n, the others 0 x the mean
+    assert _stats.share_figures([0, 0, 0, 8]) == {
+        "jain": 0.25,
+        "rsd": pytest.approx(math.sqrt(3)),
+        "share_min_of_mean": 0.0,
+        "share_max_of_mean": 4.0,
+    }
+    # nobody completed anything: no mean to set the shares against
+    assert _stats.share_figures([0, 0]) == {
+        "jain": 1.0,
+        "rsd": 0.0,
+        "share_min_of_mean": None,
+        "share_max_of_mean": None,
+    }
+    assert set(_stats.share_figures([]).values()) == {None}

@@ -125,6 +125,17 @@ def _flags(e: dict[str, Any]) -> str:
     return " ".join(notes)
 
 
+def _jain(e: dict[str, Any], prefix: str = "") -> str:
+    """Jain's index over the worker processes (median across runs)."""
+    v = median_of(e, prefix + "jain")
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _rsd(e: dict[str, Any], prefix: str = "") -> str:
+    """The RSD (stdev / mean) of the per-process counts, as a percentage."""
+    return fmt_pct(median_of(e, prefix + "rsd"))
+
+
 def _errors(e: dict[str, Any]) -> str:
     return _num(median_of(e, "errors"))
 
@@ -243,6 +254,8 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
         _w(cfg, "busy"),
         _w(cfg, "peak"),
         _w(cfg, "final"),
+        "Jain W / C",
+        "RSD W / C",
         "Notes",
     ]
     if cfg.runs > 1:
@@ -266,6 +279,8 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
                 _busy(e),
                 _size(cfg, e),
                 _size(cfg, e, final=True),
+                f"{_jain(e, 'writer_')} / {_jain(e, 'claimer_')}",
+                f"{_rsd(e, 'writer_')} / {_rsd(e, 'claimer_')}",
                 NOTES.get(e["side"], "") + (f"; {flags}" if flags else ""),
             ]
             if cfg.runs > 1:
@@ -283,6 +298,8 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
         "Throughput (cycles/sec)",
         "P50 (ms)",
         "P99 (ms)",
+        "Jain",
+        "RSD",
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -308,6 +325,8 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
                     _num(median_of(e, "throughput")),
                     _ms(median_of(e, "p50")),
                     _ms(median_of(e, "p99")),
+                    _jain(e),
+                    _rsd(e),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -365,6 +384,8 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
         "Claim P95 (ms)",
         "Claim P99 (ms)",
         "Worker share min/max",
+        "Jain",
+        "RSD",
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -400,6 +421,8 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
                     _ms(median_of(e, "p95")),
                     _ms(median_of(e, "p99")),
                     f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
+                    _jain(e),
+                    _rsd(e),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -536,7 +559,9 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "",
             "Writers put as fast as they can; claimers claim one job and ack it, polling "
             "every 1 ms when the queue is empty. Claim latency: one claim call that "
-            "returned a job.",
+            "returned a job. Jain W / C: Jain's index over the writer processes' puts / "
+            "the claimer processes' jobs (1.000 = equal shares); RSD: their standard "
+            "deviation over their mean.",
             "",
             mixed_table(result, cfg, "mixed"),
         ]
@@ -545,6 +570,9 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "",
             f"### Scenario 4: Stress Test (each worker process: put -> claim -> ack, "
             f"{cfg.stress_seconds:g} s per step)",
+            "",
+            "Jain: Jain's index over the cycles each worker process completed (1.000 = "
+            "equal shares); RSD: their standard deviation over their mean.",
             "",
             stress_table(result, cfg),
             "",
@@ -567,7 +595,9 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "",
             f"batched: put_many of {cfg.batch}, claim(n={cfg.batch}), ack_many; one-job: put, "
             "claim(1), ack. Jobs/sec: jobs acknowledged over the time from the first "
-            "producer's start to the last worker's end. Worker share: jobs per worker process."
+            "producer's start to the last worker's end. Worker share: jobs per worker process; "
+            "Jain: Jain's index over those shares (1.000 = equal, 1/n = one process did "
+            "everything); RSD: their standard deviation over their mean."
             + (PG_E2E_TEXT if pg else ""),
             "",
             e2e_table(result, cfg),

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from .. import _stats
 from .._procs import reap
 from .._progress import Progress
+from .._report import fmt_pct
 from ._backends import create, remaining
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
@@ -346,6 +347,12 @@ def _start_together(ready: Barrier, procs: Sequence[BaseProcess]) -> bool:
     return True
 
 
+def _shares(counts: Sequence[int], prefix: str = "") -> dict[str, float | None]:
+    """Jain's index, the RSD and the smallest / largest count over the mean
+    of per-process counts (see ``_stats.share_figures``), keys prefixed."""
+    return {prefix + k: v for k, v in _stats.share_figures(counts).items()}
+
+
 def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The cell's figures from its processes' reports."""
     f: dict[str, Any] = {}
@@ -354,6 +361,9 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     f["errors"] = float(errors)
     f["busy"] = float(busy)
     if cell.scenario in ("single", "concurrent"):
+        # No Jain's index here: each process puts a fixed share of the
+        # total (_split), so the per-process counts are equal by design;
+        # how evenly they got the lock shows in the latencies, not the counts.
         lat = [x for o in outs for x in o["latencies_ms"]]
         ops = sum(int(o["ops"]) for o in outs)
         f["ops"] = float(ops)
@@ -373,10 +383,15 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         put_lat = _pcts([x for o in writers for x in o["latencies_ms"]])
         f.update({f"put_{k}": v for k, v in put_lat.items()})
         f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in claimers))
+        # both roles run for a time, not a count: how evenly the writers
+        # shared the puts, and the claimers the jobs
+        f.update(_shares([len(o["put"]) for o in writers], prefix="writer_"))
+        f.update(_shares([len(o["done"]) for o in claimers], prefix="claimer_"))
     elif cell.scenario == "stress":
         cycles = sum(int(o["ops"]) for o in outs)
         f["ops"] = float(cycles)
         f["throughput"] = _rate(cycles, _window(outs))
+        f.update(_shares([int(o["ops"]) for o in outs]))  # cycles per process
         f.update(_pcts([x for o in outs for x in o["latencies_ms"]]))
         f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in outs))
     elif cell.scenario == "e2e":
@@ -397,6 +412,7 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         f["thread_share_min"] = float(min(threads, default=0))
         f["thread_share_max"] = float(max(threads, default=0))
         f["shares"] = shares
+        f.update(_shares(shares))
         f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in workers))
         f["timed_out"] = any(o["timed_out"] for o in outs)
     return f
@@ -497,7 +513,8 @@ def find(
 
 BATCHED_RATIO = 0.9
 ONE_JOB_RATIO = 1.5
-SHARE_RATIO = 2.0
+SHARE_OF_MEAN = 1.5  # issue 18: every worker's share within 1.5 x of the mean ...
+JAIN_MIN = 0.95  # ... and Jain's index over the worker processes >= 0.95
 CLAIM_P95_MS = 2.0
 MIB = 1024 * 1024
 
@@ -555,6 +572,39 @@ def pg_targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
                 )
     out.append(clean_target(summary, "lock conflicts"))
     return out
+
+
+def share_target(e: dict[str, Any], label: str) -> dict[str, Any]:
+    """Issue 18's fairness target for one end-to-end row: every worker
+    process's share of the jobs within 1.5 x of the mean (from mean / 1.5
+    to 1.5 x mean) and Jain's index >= 0.95 (medians across runs)."""
+    jain = median_of(e, "jain")
+    lo, hi = median_of(e, "share_min_of_mean"), median_of(e, "share_max_of_mean")
+    jobs_lo, jobs_hi = median_of(e, "share_min"), median_of(e, "share_max")
+    rsd = median_of(e, "rsd")
+    met = (
+        jain is not None
+        and lo is not None
+        and hi is not None
+        and jain >= JAIN_MIN
+        and hi <= SHARE_OF_MEAN
+        and lo * SHARE_OF_MEAN >= 1.0
+    )
+    if jain is None or lo is None or hi is None:
+        detail = "no worker process reported a job"
+    else:
+        detail = (
+            f"{jobs_lo or 0:,.0f} to {jobs_hi or 0:,.0f} jobs per worker process "
+            f"({lo:.2f}x to {hi:.2f}x the mean), Jain {jain:.3f}, RSD {fmt_pct(rsd)}"
+        )
+    return {
+        "target": f"{label}: litegate worker shares within {SHARE_OF_MEAN:g}x of the mean, "
+        f"Jain >= {JAIN_MIN:g}",
+        "value": jain,
+        "limit": JAIN_MIN,
+        "met": met,
+        "detail": detail,
+    }
 
 
 def clean_target(summary: Sequence[dict[str, Any]], busy: str) -> dict[str, Any]:
@@ -625,19 +675,10 @@ def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
                     "detail": f"{lg1:,.0f} vs {seed:,.0f} jobs/s = {lg1 / seed:.2f}x",
                 }
             )
-        ratio = median_of(one, "share_ratio")
-        if one is not None:
-            lo, hi = median_of(one, "share_min"), median_of(one, "share_max")
-            out.append(
-                {
-                    "target": f"e2e one-job ({prof}): litegate worker shares within "
-                    f"{SHARE_RATIO:g}x",
-                    "value": ratio,
-                    "limit": SHARE_RATIO,
-                    "met": ratio is not None and ratio <= SHARE_RATIO,
-                    "detail": f"min {lo or 0:,.0f}, max {hi or 0:,.0f} jobs per worker process",
-                }
-            )
+        for variant in ("batched", "one-job"):
+            e = find(summary, "e2e", prof, variant, "litegate")
+            if e is not None and not e["na"]:
+                out.append(share_target(e, f"e2e {variant} ({prof})"))
     out.append(clean_target(summary, "BUSY"))
     for prof in cfg.profiles if "mixed" in cfg.scenarios else ():
         m = find(summary, "mixed", prof, f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C", "litegate")
