@@ -24,7 +24,7 @@ from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_m
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLE = "litegate_jobs"
 COUNTS_TABLE = "litegate_queue_counts"
@@ -92,13 +92,28 @@ def _add(row: str, delta: int) -> str:
     )
 
 
-def _sub(row: str) -> str:
+def _sub(row: str, prune: bool = False) -> str:
     where = f"queue = {row}.queue AND state = {row}.state AND bucket = {_bucket(row)}"
-    # An hour that empties leaves no row behind: rows stay few for the sums.
-    return (
-        f"UPDATE {COUNTS_TABLE} SET n = n - 1 WHERE {where};"
-        f"DELETE FROM {COUNTS_TABLE} WHERE {where} AND n = 0;"
-    )
+    sql = f"UPDATE {COUNTS_TABLE} SET n = n - 1 WHERE {where};"
+    # (version 2 only: see _V3)
+    return sql + (f"DELETE FROM {COUNTS_TABLE} WHERE {where} AND n = 0;" if prune else "")
+
+
+def _count_triggers(prune: bool) -> str:
+    return f"""
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_insert AFTER INSERT ON {TABLE} BEGIN
+    {_add("new", 1)}
+END;
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_delete AFTER DELETE ON {TABLE} BEGIN
+    {_sub("old", prune)}
+END;
+CREATE TRIGGER IF NOT EXISTS {TABLE}_count_update AFTER UPDATE OF queue, state, run_at ON {TABLE}
+WHEN old.queue <> new.queue OR old.state <> new.state OR {_bucket("old")} <> {_bucket("new")}
+BEGIN
+    {_sub("old", prune)}
+    {_add("new", 1)}
+END;
+"""
 
 
 # Version 2: exact counts per (queue, state[, hour]) kept by triggers, in the
@@ -121,25 +136,28 @@ CREATE TABLE IF NOT EXISTS {COUNTS_TABLE} (
     PRIMARY KEY (queue, state, bucket)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS {TABLE}_due ON {TABLE} (queue, (run_at + 0)) WHERE state = 0;
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_insert AFTER INSERT ON {TABLE} BEGIN
-    {_add("new", 1)}
-END;
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_delete AFTER DELETE ON {TABLE} BEGIN
-    {_sub("old")}
-END;
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_update AFTER UPDATE OF queue, state, run_at ON {TABLE}
-WHEN old.queue <> new.queue OR old.state <> new.state OR {_bucket("old")} <> {_bucket("new")}
-BEGIN
-    {_sub("old")}
-    {_add("new", 1)}
-END;
+{_count_triggers(prune=True)}
 DELETE FROM {COUNTS_TABLE};
 INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
     SELECT queue, state, {_bucket(TABLE)}, count(*) FROM {TABLE} GROUP BY 1, 2, 3;
 """
 
+# Version 3: the triggers no longer delete a count that falls to zero. That
+# DELETE ran after every claim and ack (a statement per job of a batch) and
+# was half of what the counts cost a batched job (put_many + claim + ack_many
+# of 100: 25.8 us a job with it, 20.7 without, 13.9 without any count; median
+# of 7 interleaved rounds). Empty rows are cleared instead by purge() and,
+# at most once an hour per process, by a claim (prune()): a few dozen rows a
+# day at most in between, which counts() sums as zeros.
+_V3 = f"""
+DROP TRIGGER IF EXISTS {TABLE}_count_delete;
+DROP TRIGGER IF EXISTS {TABLE}_count_update;
+{_count_triggers(prune=False)}
+DELETE FROM {COUNTS_TABLE} WHERE n = 0;
+"""
+
 # Version n's script, applied to a database at version n - 1 (0: none).
-MIGRATIONS = {1: _V1, 2: _V2}
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3}
 
 
 def _statements(script: str) -> list[str]:
@@ -275,6 +293,9 @@ def claim(
     now = time.time()
     until = now + lease
     conn.execute(_SWEEP, (now, queue))
+    if now - _pruned[0] >= HOUR:
+        prune(conn)
+        _pruned[0] = now
     rows = conn.execute(_CLAIM, (token, until, queue, now, n)).fetchall()
     # RETURNING does not follow the subquery's order.
     rows.sort(key=lambda r: (-r[3], r[4], r[0]))
@@ -426,7 +447,19 @@ def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit
     """Delete up to ``limit`` finished jobs of ``state`` that finished before
     ``before`` (oldest first, through that state's index; never the newest
     row of the table); the caller loops, so that no transaction is long."""
-    return conn.execute(_PURGE[state], (queue, before, limit)).rowcount
+    n: int = conn.execute(_PURGE[state], (queue, before, limit)).rowcount
+    prune(conn)
+    return n
+
+
+def prune(conn: sqlite3.Connection) -> None:
+    """Clear the counts that fell to zero (see _V3): one pass over a table
+    of a few rows per queue."""
+    conn.execute(f"DELETE FROM {COUNTS_TABLE} WHERE n = 0")
+
+
+# When a claim of this process last pruned (see _V3): the first claim does.
+_pruned = [0.0]
 
 
 # -- reads (through the reader pool; parameters by name: queue, id, limit, now) -

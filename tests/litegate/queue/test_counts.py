@@ -294,7 +294,7 @@ def test_a_version_1_database_is_migrated_with_exact_counts(
     """A database made by schema version 1 (its statements, kept verbatim
     as migration 1), filled by a litegate of that version (the jobs written
     with version 1's schema: no counts table, no triggers), is brought to
-    version 2 on open; its counts are exact at once and stay so."""
+    the current version on open; its counts are exact at once and stay so."""
     if is_url(queue_db):
         _v1_pg(queue_db)
         store: Any = _postgres
@@ -317,15 +317,64 @@ def test_a_version_1_database_is_migrated_with_exact_counts(
     monkeypatch.undo()
 
     q = Queue(queue_db)
-    assert _schema_version(queue_db) == 2
+    assert _schema_version(queue_db) == store.SCHEMA_VERSION
     counts = check(q, queue_db)
     assert counts == {"ready": 4, "scheduled": 2, "leased": 2, "done": 3, "dead": 1}
     assert q.retry_dead([dead]) == 1
     q.ack_many(q.claim(n=3))
     check(q, queue_db)
     q.close()
-    Queue(queue_db).close()  # at version 2 already: nothing to do
-    assert _schema_version(queue_db) == 2
+    Queue(queue_db).close()  # at the current version already: nothing to do
+    assert _schema_version(queue_db) == store.SCHEMA_VERSION
+
+
+def _zero_rows(path: str) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (n,) = conn.execute(f"SELECT count(*) FROM {_sqlite.COUNTS_TABLE} WHERE n = 0").fetchone()
+    return int(n)
+
+
+def test_a_version_2_database_keeps_exact_counts_without_deleting_empty_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 3 (SQLite) replaces version 2's triggers, which deleted a
+    count that fell to zero in every claim and ack, with ones that leave it
+    for purge() and an hourly claim to clear. A file written by version 2 is
+    migrated on open with exact counts; afterwards empty counts stay until
+    a purge or the next hour's first claim clears them, and counts() stays
+    exact throughout."""
+    path = str(tmp_path / "v2.db")
+    monkeypatch.setattr(_sqlite, "SCHEMA_VERSION", 2)
+    old = Queue(path)
+    old.put_many(range(6))
+    old.ack_many(old.claim(n=6))  # version 2 deleted the emptied "ready" count
+    old.put_many(range(3))
+    old.close()
+    assert _schema_version(path) == 2
+    assert _zero_rows(path) == 0
+    monkeypatch.undo()
+
+    q = Queue(path)
+    assert _schema_version(path) == 3
+    assert check(q, path) == {"ready": 3, "scheduled": 0, "leased": 0, "done": 6, "dead": 0}
+    monkeypatch.setattr(_sqlite, "_pruned", [time.time()])  # this hour's prune is done
+    q.ack_many(q.claim(n=3))
+    assert _zero_rows(path) == 2  # the "ready" and "leased" counts stay, at zero
+    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 9, "dead": 0}
+    q.put("x")
+    assert _zero_rows(path) == 1  # the same "ready" row counts again
+    q.ack(q.claim()[0])
+    assert _zero_rows(path) == 2
+    monkeypatch.setattr(_sqlite, "_pruned", [time.time() - 3600])  # an hour later
+    assert q.claim() == []
+    assert _zero_rows(path) == 0  # that claim cleared it
+    q.put("y")
+    q.ack(q.claim()[0])
+    assert _zero_rows(path) == 2
+    assert q.purge(done_before=time.time() + 1) == 10  # all but the newest row of the table
+    assert _zero_rows(path) == 0
+    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 1, "dead": 0}
+    q.close()
 
 
 def test_a_database_from_a_newer_litegate_is_refused(queue_db: str) -> None:
