@@ -568,14 +568,21 @@ def test_ctrl_c_in_run_stops_gracefully(db_path: str) -> None:
         time.sleep(0.2)  # the worker is stopping; let the job finish
         release.set()
 
-    with Queue(db_path) as q:
-        jid, other = q.put_many([1, 2])
-        t = threading.Thread(target=interrupt)
-        t.start()
-        stats = Worker(q, handler).run()  # in the main thread, like a script
-        t.join()
-        assert (stats["acked"], stats["abandoned"]) == (1, 0)
-        assert [q.get(i).state for i in (jid, other)] == ["done", "ready"]
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell
+    # starts a background job (make test &) with SIGINT ignored, and Python
+    # then leaves it ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Queue(db_path) as q:
+            jid, other = q.put_many([1, 2])
+            t = threading.Thread(target=interrupt)
+            t.start()
+            stats = Worker(q, handler).run()  # in the main thread, like a script
+            t.join()
+            assert (stats["acked"], stats["abandoned"]) == (1, 0)
+            assert [q.get(i).state for i in (jid, other)] == ["done", "ready"]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_stop_lets_the_running_job_finish(db_path: str) -> None:
