@@ -232,12 +232,15 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except Error as exc:
         return _usage_error(str(exc))
     console = _Console(sys.stderr)
-    _setup_logging(args.log_level, console)
-    if args.processes > 1:
-        worker.queue.close()
-        stats, code = _Supervisor(args, console).run()
-    else:
-        stats, code = _run_here(worker, console)
+    restore = _setup_logging(args.log_level, console)
+    try:
+        if args.processes > 1:
+            worker.queue.close()
+            stats, code = _Supervisor(args, console).run()
+        else:
+            stats, code = _run_here(worker, console)
+    finally:
+        restore()  # (main() called in a process that goes on: its logging as it was)
     if args.json:
         print(json.dumps(stats), flush=True)
     return code
@@ -408,16 +411,24 @@ class _LogHandler(logging.Handler):
 _LOG_FORMAT = "%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"
 
 
-def _setup_logging(level: str, console: _Console) -> None:
-    """Log lines (the worker's and the handler's own) to stderr."""
+def _setup_logging(level: str, console: _Console) -> Callable[[], None]:
+    """Log lines (the worker's and the handler's own) to stderr; returns
+    what puts the root logger back as it was."""
     root = logging.getLogger()
     for h in list(root.handlers):
         if isinstance(h, _LogHandler):  # a forked child inherits the parent's
             root.removeHandler(h)
     handler = _LogHandler(console)
     handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    before = root.level
     root.addHandler(handler)
     root.setLevel(level)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(before)
+
+    return restore
 
 
 class _Progress:

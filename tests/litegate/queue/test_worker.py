@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -426,7 +427,12 @@ def test_a_database_that_does_not_exist_exits_2_unless_create(
     with Queue(str(typo)) as q:
         assert q.counts()["ready"] == 0
     capsys.readouterr()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     assert litegate_main(args[:-1]) == 0  # now it exists: no flag needed
+    # run in a process that goes on, the CLI leaves its logging as it was
+    # (a handler left behind writes to a stream that may be closed by then)
+    assert (root.handlers, root.level) == (handlers, level)
 
 
 def test_the_supervisor_says_how_a_worker_process_ended_once(
