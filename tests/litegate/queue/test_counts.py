@@ -211,6 +211,8 @@ def test_counts_stay_exact_when_processes_are_killed(queue_db: str, tmp_path: Pa
         elif role == 1:
             p = ctx.Process(target=procs.work_forever, args=(queue_db, str(tmp_path / "w"), k))
         else:
+            # a job for it to hold: the worker before it may have claimed them all
+            q.put("to hold")
             holding = ctx.Event()
             p = ctx.Process(target=procs.hold_a_job, args=(queue_db, 1.0, holding))
         p.start()
