@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from litegate.queue import Queue, aio
+from litegate.queue._pgdb import PgDatabase
 
 
 class SyncOverAsync:
@@ -51,6 +52,21 @@ class SyncOverAsync:
 
 
 MakeQueue = Callable[..., Any]
+
+
+def job_recorder(q: Any, table: str) -> Callable[[Any, list[int]], None]:
+    """Create ``table (job)`` and return an ``also=`` that records there the
+    job ids it is given, on either backend (``also`` runs on the store's own
+    connection, with its parameter style)."""
+    mark = "%s" if isinstance(q.db, PgDatabase) else "?"
+    q.db.transact(lambda c: c.execute(f"CREATE TABLE {table} (job BIGINT)"))
+
+    def record(conn: Any, job_ids: list[int]) -> None:
+        conn.cursor().executemany(
+            f"INSERT INTO {table} (job) VALUES ({mark})", [(i,) for i in job_ids]
+        )
+
+    return record
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

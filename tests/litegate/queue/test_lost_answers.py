@@ -31,6 +31,7 @@ import pytest
 from litegate.queue import CommitUnknown, Job, LeaseLost, Queue, Worker, aio
 from litegate.queue._pgdb import PgDatabase
 from tests.conftest import wait_until
+from tests.litegate.queue.conftest import job_recorder
 
 
 class LostAnswer(Exception):
@@ -136,17 +137,9 @@ def test_a_retried_ack_whose_answer_was_lost_succeeds(q: Queue) -> None:
 
 
 def test_a_retried_ack_many_runs_its_also_once(q: Queue) -> None:
-    pg = isinstance(q.db, PgDatabase)
-    mark = "%s" if pg else "?"
-    q.db.transact(lambda c: c.execute("CREATE TABLE results (job BIGINT)"))
+    record = job_recorder(q, "results")
     ids = q.put_many(["a", "b", "c"])
     jobs = q.claim(n=3)
-
-    def record(conn: Any, job_ids: list[int]) -> None:
-        conn.cursor().executemany(
-            f"INSERT INTO results (job) VALUES ({mark})", [(i,) for i in job_ids]
-        )
-
     with next_answer_lost(q, "ack") as lost, pytest.raises(lost):
         q.ack_many(jobs[:2], also=record)
     q.ack_many(jobs, also=record)  # two done by the lost try, one now

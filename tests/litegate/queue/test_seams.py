@@ -12,7 +12,7 @@ import pytest
 from litegate.queue import DuplicateJob, Job, Queue, Worker, put_on
 from litegate.queue._pgdb import PgDatabase
 from tests.conftest import wait_until
-from tests.litegate.queue.conftest import MakeQueue
+from tests.litegate.queue.conftest import MakeQueue, job_recorder
 
 
 def test_put_on_commits_and_rolls_back_with_the_callers_transaction(db_path: str) -> None:
@@ -107,16 +107,9 @@ def test_also_runs_in_the_releases_transaction(make_queue: MakeQueue) -> None:
     what it recorded for jobs given back unstarted (the Django tasks backend
     uses it through ``Worker(on_release=...)``)."""
     q = make_queue()
-    pg = isinstance(q.db, PgDatabase)
-    mark = "%s" if pg else "?"
-    q.db.transact(lambda c: c.execute("CREATE TABLE given_back (job BIGINT)"))
+    back = job_recorder(q, "given_back")
     ids = q.put_many(["a", "b", "c"])
     jobs = q.claim(n=3)
-
-    def back(conn: Any, job_ids: list[int]) -> None:
-        conn.cursor().executemany(
-            f"INSERT INTO given_back (job) VALUES ({mark})", [(i,) for i in job_ids]
-        )
 
     def refuse(conn: Any, job_ids: list[int]) -> None:
         back(conn, job_ids)
