@@ -260,6 +260,9 @@ class Worker:
       they run; if one raises, that claim or ack is rolled back and retried.
       ``on_release(conn, job_ids)`` runs inside the release of jobs claimed
       but never started (at stop): undo there what ``on_claim`` recorded.
+    - ``failed(value)``: for a handler that reports a failure by what it
+      returns rather than by raising (its ``on_ack`` records the outcome):
+      True counts that acked job as "failed" in :meth:`stats`, not "acked".
 
     Thread-safe: :meth:`stop` and :meth:`stats` may be called from any thread,
     and :meth:`stop` from a signal handler.
@@ -285,6 +288,7 @@ class Worker:
         on_claim: Also | None = None,
         on_ack: Callable[[Any, list[tuple[Job, Any]]], None] | None = None,
         on_release: Also | None = None,
+        failed: Callable[[Any], bool] | None = None,
     ) -> None:
         if isinstance(handler, str):
             handler = load_handler(handler)
@@ -316,10 +320,8 @@ class Worker:
         self._on_claim = on_claim
         self._on_ack = on_ack
         self._on_release = on_release
-        # Which handler values are failures recorded by the ack (the Django
-        # tasks runner returns a FAILED outcome instead of raising): counted
-        # as "failed", not "acked". None: every acked value is a success.
-        self._failure: Callable[[Any], bool] | None = None
+        # None: every acked value is a success
+        self._failure: Callable[[Any], bool] | None = failed
 
         if isinstance(queue, Queue):
             if retry_base is not None or retry_max is not None:

@@ -503,6 +503,17 @@ def test_one_thread_runs_jobs_in_claim_order(db_path: str) -> None:
         assert q.counts()["done"] == 12
 
 
+def test_failed_counts_the_failures_a_handler_returns(db_path: str) -> None:
+    """``failed=``: a handler that reports failure by its value (recorded by
+    its on_ack) has those jobs counted as failed, still acked and done."""
+    with Queue(db_path) as q:
+        q.put_many(["ok", "bad", "ok"])
+        worker = Worker(q, lambda p: p.upper(), failed=lambda v: v == "BAD", burst=True)
+        stats = worker.run()
+        assert (stats["processed"], stats["acked"], stats["failed"]) == (3, 2, 1)
+        assert q.counts()["done"] == 3
+
+
 def test_pass_job_flag_and_decorator(db_path: str, tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     with Queue(db_path) as q:

@@ -60,19 +60,18 @@ def make_worker(backend_alias: str = "default", **options: Any) -> Worker:
     queue.db.transact(_store.create)
     options.pop("pass_job", None)
     runner = _Runner(backend, worker_id)
-    worker = Worker(
+    return Worker(
         queue,
         runner,
         pass_job=True,
         on_claim=partial(_started, worker_id),
         on_ack=_finished,
         on_release=_store.released,
+        # A task that raised is acked (Django's API does not retry it) with a
+        # FAILED outcome: the worker counts it as failed, not as acked.
+        failed=_is_failure,
         **options,
     )
-    # A task that raised is acked (Django's API does not retry it) with a
-    # FAILED outcome: the worker counts it as failed, not as acked.
-    worker._failure = _is_failure
-    return worker
 
 
 def _is_failure(outcome: _store.Outcome) -> bool:
