@@ -85,7 +85,13 @@ class FairQueuePool(QueuePool):
         # one that is inside this lock.
         self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0  # connections of this pool, checked out or idle
-        self._mine: weakref.WeakSet[ConnectionPoolEntry] = weakref.WeakSet()
+        # Each connection of this process's pool, with the dispose() count
+        # when it was opened: one opened before the last dispose() is closed
+        # when it comes back, not kept idle (see dispose()).
+        self._mine: weakref.WeakKeyDictionary[ConnectionPoolEntry, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._disposals = 0
         _POOLS.add(self)
 
     @property
@@ -116,6 +122,7 @@ class FairQueuePool(QueuePool):
             if line.queue:
                 return line.queue.pop() if line.use_lifo else line.queue.popleft()
             self._open += 1
+            disposals = self._disposals
         try:
             record = self._create_connection()
         except BaseException:
@@ -123,20 +130,27 @@ class FairQueuePool(QueuePool):
                 self._open -= 1
             line.permits.put(True)
             raise
-        self._mine.add(record)
+        with self._overflow_lock:
+            self._mine[record] = disposals
         return record
 
     def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
-        if record not in self._mine:  # a forked child's copy of the parent's
-            record.close()
-            return
         line: _Line = self._pool  # type: ignore[assignment]
         with self._overflow_lock:
-            keep = not line.maxsize or len(line.queue) < line.maxsize
+            born = self._mine.get(record)
+            if born is None:  # a forked child's copy of the parent's
+                keep = mine = False
+            else:
+                mine = True
+                current = born == self._disposals
+                keep = current and (not line.maxsize or len(line.queue) < line.maxsize)
             if keep:
                 line.queue.append(record)
-            else:
+            elif mine:
                 self._open -= 1
+        if not mine:
+            record.close()
+            return
         try:
             if not keep:
                 record.close()
@@ -144,8 +158,14 @@ class FairQueuePool(QueuePool):
             line.permits.put(True)  # to the longest waiter, if any
 
     def dispose(self) -> None:
+        """Close the idle connections now, and each checked-out one when it
+        comes back. (``QueuePool`` keeps those: after ``Engine.dispose()``
+        replaced the pool, a connection its user dropped came back from the
+        garbage collector to the old pool and stayed open, with its use of
+        the file's write gate, for the rest of the process.)"""
         line: _Line = self._pool  # type: ignore[assignment]
         with self._overflow_lock:
+            self._disposals += 1
             idle = list(line.queue)
             line.queue.clear()
             self._open -= len(idle)
@@ -165,7 +185,7 @@ class FairQueuePool(QueuePool):
         self._pool = _Line(line.maxsize, self._max_overflow, line.use_lifo)  # type: ignore[assignment]
         self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0
-        self._mine = weakref.WeakSet()
+        self._mine = weakref.WeakKeyDictionary()
         return idle
 
 
