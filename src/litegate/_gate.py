@@ -241,6 +241,12 @@ class FileGate:
                 self._keeper.join(5)
             self.plock.close()
 
+    def close_soon(self) -> None:
+        """:meth:`close` from any context, a garbage-collector callback
+        included: on a short thread of its own, so that it never waits, on
+        the collecting thread, for a lock that thread may hold."""
+        threading.Thread(target=self.close, name="litegate-gate-close", daemon=True).start()
+
     # -- the file's checkpointer ------------------------------------------------
     def checkpointer(self, *, every_commits: int, restart_frames: int) -> Checkpointer:
         """The file's background checkpointer, started on first call (the

@@ -107,6 +107,7 @@ class Connection(sqlite3.Connection):
     litegate_task: object = None  # the asyncio task that took the gate (asyncio driver)
     _lg_forked = False
     _lg_close_when_forked = False
+    _lg_collected: weakref.finalize[Any, Any] | None = None
 
     def litegate_setup(self, path: str | None, settings: Settings) -> None:
         """Called once, right after connecting: the profile's PRAGMAs, the
@@ -117,6 +118,12 @@ class Connection(sqlite3.Connection):
             gate = FileGate.open(path)
             gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
             self.litegate_gate = gate
+            # Collected without close() (a pool SQLAlchemy dropped with this
+            # connection idle in it, after Engine.dispose()): SQLite closes
+            # its handle, and this gives the file's gate its use back, or the
+            # gate and its threads would stay for the rest of the process.
+            self._lg_collected = weakref.finalize(self, gate.close_soon)
+            self._lg_collected.atexit = False
         _CONNECTIONS.add(self)
 
     # sqlite3's shortcuts make a plain cursor in C: route them through ours.
@@ -313,6 +320,8 @@ class Connection(sqlite3.Connection):
         finally:
             self.litegate_give()
             gate, self.litegate_gate = self.litegate_gate, None
+            if self._lg_collected is not None:
+                self._lg_collected.detach()
             if gate is not None:
                 gate.close()
 
@@ -323,6 +332,8 @@ class Connection(sqlite3.Connection):
         self._lg_forked = True
         self._lg_close_when_forked = idle
         self.litegate_gate = None
+        if self._lg_collected is not None:
+            self._lg_collected.detach()  # the parent's gate: never closed here
         self.litegate_held = self.litegate_pending = False
         drop_after_fork(self, idle=idle)
 

@@ -85,13 +85,7 @@ class FairQueuePool(QueuePool):
         # one that is inside this lock.
         self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0  # connections of this pool, checked out or idle
-        # Each connection of this process's pool, with the dispose() count
-        # when it was opened: one opened before the last dispose() is closed
-        # when it comes back, not kept idle (see dispose()).
-        self._mine: weakref.WeakKeyDictionary[ConnectionPoolEntry, int] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._disposals = 0
+        self._mine: weakref.WeakSet[ConnectionPoolEntry] = weakref.WeakSet()
         _POOLS.add(self)
 
     @property
@@ -122,7 +116,6 @@ class FairQueuePool(QueuePool):
             if line.queue:
                 return line.queue.pop() if line.use_lifo else line.queue.popleft()
             self._open += 1
-            disposals = self._disposals
         try:
             record = self._create_connection()
         except BaseException:
@@ -130,27 +123,20 @@ class FairQueuePool(QueuePool):
                 self._open -= 1
             line.permits.put(True)
             raise
-        with self._overflow_lock:
-            self._mine[record] = disposals
+        self._mine.add(record)
         return record
 
     def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
-        line: _Line = self._pool  # type: ignore[assignment]
-        with self._overflow_lock:
-            born = self._mine.get(record)
-            if born is None:  # a forked child's copy of the parent's
-                keep = mine = False
-            else:
-                mine = True
-                current = born == self._disposals
-                keep = current and (not line.maxsize or len(line.queue) < line.maxsize)
-            if keep:
-                line.queue.append(record)
-            elif mine:
-                self._open -= 1
-        if not mine:
+        if record not in self._mine:  # a forked child's copy of the parent's
             record.close()
             return
+        line: _Line = self._pool  # type: ignore[assignment]
+        with self._overflow_lock:
+            keep = not line.maxsize or len(line.queue) < line.maxsize
+            if keep:
+                line.queue.append(record)
+            else:
+                self._open -= 1
         try:
             if not keep:
                 record.close()
@@ -158,14 +144,8 @@ class FairQueuePool(QueuePool):
             line.permits.put(True)  # to the longest waiter, if any
 
     def dispose(self) -> None:
-        """Close the idle connections now, and each checked-out one when it
-        comes back. (``QueuePool`` keeps those: after ``Engine.dispose()``
-        replaced the pool, a connection its user dropped came back from the
-        garbage collector to the old pool and stayed open, with its use of
-        the file's write gate, for the rest of the process.)"""
         line: _Line = self._pool  # type: ignore[assignment]
         with self._overflow_lock:
-            self._disposals += 1
             idle = list(line.queue)
             line.queue.clear()
             self._open -= len(idle)
@@ -185,7 +165,7 @@ class FairQueuePool(QueuePool):
         self._pool = _Line(line.maxsize, self._max_overflow, line.use_lifo)  # type: ignore[assignment]
         self._overflow_lock = threading.RLock()  # type: ignore[assignment]
         self._open = 0
-        self._mine = weakref.WeakKeyDictionary()
+        self._mine = weakref.WeakSet()
         return idle
 
 

@@ -159,6 +159,39 @@ def test_every_path_gives_the_gate_back(engine: Engine) -> None:
     assert whos(engine) == ["after"]
 
 
+def test_a_connection_collected_without_close_gives_its_gate_use_back(url: str) -> None:
+    """A connection its user dropped in a reference cycle comes back to the
+    pool from the garbage collector, after Engine.dispose() replaced that
+    pool: it stays idle there (QueuePool's way) until the old pool is itself
+    collected, and then the file's gate gets its use back (the gate and its
+    threads would otherwise stay for the rest of the process)."""
+    eng = create_engine(url)
+    path = os.path.abspath(str(eng.url.database))
+    kept = eng.connect()
+    dropped = eng.connect()
+    dropped.execute(text("SELECT 1"))  # its transaction points back at it: a cycle
+    del dropped
+    gate = _REGISTRY[path]
+    assert gate._users == 2
+    gc.disable()  # (so the cycles go only when this test collects them)
+    try:
+        eng.dispose()
+        gc.collect()  # the dropped connection comes back, idle in the old pool
+        assert gate._users == 2
+        kept.close()  # idle in the old pool too
+        assert gate._users == 2
+        del kept
+        gc.collect()  # the old pool, and both connections in it
+    finally:
+        gc.enable()
+    wait_until(lambda: path not in _REGISTRY, what="the gate's last use to be given back")
+    assert gate._users == 0
+    assert gate._ckpt is None  # its checkpointer stopped
+    with eng.connect() as conn:  # the engine's new pool works
+        conn.execute(text("SELECT 1"))
+    eng.dispose()
+
+
 def test_gate_timeout_is_sqlalchemys_operational_error_and_litegates(
     url: str, engine: Engine
 ) -> None:

@@ -4,19 +4,16 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-import os
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, exc, text
+from sqlalchemy import create_engine, exc
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool, PoolProxiedConnection, SingletonThreadPool
 
-from litegate._gate import _REGISTRY
 from litegate.sqlalchemy import AsyncFairQueuePool, FairQueuePool
 from tests.conftest import wait_until
 from tests.litegate.sqlalchemy.loop import Ticker, until
@@ -76,43 +73,6 @@ def test_sizes_overflow_and_timeout_are_queuepools() -> None:
     assert (pool.checkedin(), pool.overflow()) == (2, 0)  # the overflow one was closed
     pool.dispose()
     assert pool.checkedin() == 0
-
-
-def test_a_connection_checked_out_at_dispose_is_closed_when_it_comes_back(
-    tmp_path: Path,
-) -> None:
-    """Engine.dispose() replaces the pool; a connection its user dropped in a
-    reference cycle comes back to the old pool from the garbage collector,
-    after the dispose. It is closed then, with its use of the file's gate
-    (QueuePool would keep it idle in a pool nobody uses)."""
-    path = str(tmp_path / "d.db")
-    eng = create_engine(f"sqlite+litegate:///{path}")
-    old = eng.pool
-    assert isinstance(old, FairQueuePool)
-    kept = eng.connect()  # checked out across the dispose, closed by its user after
-    dropped = eng.connect()
-    dropped.execute(text("SELECT 1"))  # its transaction points back at it: a cycle
-    del dropped
-    gate = _REGISTRY[os.path.realpath(path)]
-    assert (old.checkedout(), gate._users) == (2, 2)
-    gc.disable()  # (so the cycle goes only when this test collects it)
-    try:
-        eng.dispose()
-        gc.collect()
-    finally:
-        gc.enable()
-    assert (old.checkedout(), old.checkedin(), gate._users) == (1, 0, 1)
-    kept.close()
-    assert (old.checkedout(), old.checkedin()) == (0, 0)
-    assert os.path.realpath(path) not in _REGISTRY  # every use of the gate given back
-    with eng.connect() as conn:  # the new pool works and keeps its own connections
-        conn.execute(text("SELECT 1"))
-    new = eng.pool
-    assert isinstance(new, FairQueuePool)
-    assert new is not old
-    assert new.checkedin() == 1
-    eng.dispose()
-    assert os.path.realpath(path) not in _REGISTRY
 
 
 def test_engine_pools(tmp_path: Path) -> None:
