@@ -99,8 +99,15 @@ def test_tiny_run_end_to_end() -> None:
     s = result["summary"]["latency"]["point_query"]["p50"]
     assert s["sqlite3"]["n"] == 2
     assert s["compare"]["verdict"] in ("~", "lower", "higher")
-    assert result["tail"]["count"] == 300
-    assert len(result["tail"]["slowest"]) == 5
+    tail = result["tail"]
+    assert tail["count"] == 300
+    assert len(tail["slowest"]) == 5
+    assert tail["sqlite3"]["count"] == 300  # the baseline: the same inserts, same run
+    assert 0 < tail["sqlite3"]["p50"] <= tail["sqlite3"]["max"]
+    alone = tail["outside_checkpoints"]  # 300 quick inserts: no checkpoint, or one
+    assert alone is not None
+    assert 0 < alone["count"] <= 300
+    assert alone["max"] <= tail["max"]
     text = micro.render(result)
     for w in micro.WORKLOADS:
         assert w in text
@@ -111,6 +118,7 @@ def test_tiny_run_end_to_end() -> None:
     assert 1 / 8 - 1e-12 <= jain_summary["median"] <= 1.0
     assert "asyncio" in text
     assert "single-insert tail" in text
+    assert "plain sqlite3, the same inserts in the same run" in text
     for run in result["runs"]:
         hand = run["handoff"]
         assert hand["blocks"] == 100  # 2 processes x 50 write blocks
