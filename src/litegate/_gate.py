@@ -245,7 +245,9 @@ class FileGate:
         """:meth:`close` from any context, a garbage-collector callback
         included: on a short thread of its own, so that it never waits, on
         the collecting thread, for a lock that thread may hold."""
-        threading.Thread(target=self.close, name="litegate-gate-close", daemon=True).start()
+        closer = threading.Thread(target=self.close, name="litegate-gate-close", daemon=True)
+        with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: moot
+            closer.start()
 
     # -- the file's checkpointer ------------------------------------------------
     def checkpointer(self, *, every_commits: int, restart_frames: int) -> Checkpointer:
