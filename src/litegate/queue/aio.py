@@ -74,14 +74,15 @@ class Queue(QueueFace):
     async def open(
         cls, path: str | os.PathLike[str], name: str = "default", **kwargs: Any
     ) -> Queue:
-        """Open the database at ``path`` (``litegate.connect``'s defaults) and
-        the queue ``name`` in it; ``close()`` closes both."""
+        """Open the database at ``path`` (``litegate.connect``'s defaults but
+        the write gate's policy, ``Queue.FAIR``) and the queue ``name`` in
+        it; ``close()`` closes both."""
         adb: AsyncDatabase | AsyncPgDatabase
         if is_url(path):
             loop = asyncio.get_running_loop()
             adb = AsyncPgDatabase(await loop.run_in_executor(None, PgDatabase, str(path)))
         else:
-            adb = await _aio_connect(path)
+            adb = await _aio_connect(path, fair=cls.FAIR)
         try:
             q = cls(adb, name, **kwargs)
             await q._ensure_schema()

@@ -3,6 +3,7 @@ their tokens, retries, dead letters, dedupe, inspection and bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sqlite3
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 import litegate
+import litegate.queue.aio
 from litegate.queue import (
     STATES,
     DuplicateJob,
@@ -426,6 +428,31 @@ def test_bad_construction(db_path: str, tmp_path: Any) -> None:
         Queue(sqlite3.connect(":memory:"))  # type: ignore[arg-type]
     with pytest.raises(litegate.OpenError, match="does not exist"):
         Queue(str(tmp_path / "missing" / "q.db"))
+
+
+def test_a_queue_opened_from_a_path_uses_the_strict_gate(db_path: str) -> None:
+    """Queue(path) opens its database with Queue.FAIR (strict FIFO, measured
+    faster for queue calls); a Database passed in keeps its own policy."""
+    assert Queue.FAIR == "strict"
+    q = Queue(db_path)
+    assert q.db.stats()["gate"]["policy"] == "strict"
+    q.close()
+    with litegate.connect(db_path) as db:
+        q = Queue(db)
+        assert db.stats()["gate"]["policy"] == "bounded"
+        q.close()
+
+
+def test_an_asyncio_queue_opened_from_a_path_uses_the_strict_gate(db_path: str) -> None:
+    async def main() -> str:
+        q = await litegate.queue.aio.Queue.open(db_path)
+        try:
+            policy: str = q.db.sync.stats()["gate"]["policy"]
+            return policy
+        finally:
+            await q.close()
+
+    assert asyncio.run(main()) == "strict"
 
 
 def test_a_failing_statement_loses_nothing_committed(db_path: str) -> None:

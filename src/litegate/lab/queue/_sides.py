@@ -462,8 +462,10 @@ class LitegateSide(Side):
         super().__init__(path, profile)
         import litegate
 
-        self.db = litegate.connect(path, profile=profile, timeout=60.0)
-        self.queue = _litegate_queue_module().Queue(self.db, name="default")
+        queue = _litegate_queue_module().Queue
+        # the gate's policy a Queue opened from a path uses
+        self.db = litegate.connect(path, profile=profile, timeout=60.0, fair=queue.FAIR)
+        self.queue = queue(self.db, name="default")
         self.shared = LitegateClient(self.queue)
 
     def _new_client(self) -> Client:
