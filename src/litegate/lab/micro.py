@@ -524,13 +524,14 @@ def throughput_asyncio(tasks: int, per_task: int) -> dict[str, float]:
 # -- part 3: the insert tail -------------------------------------------------------
 
 
-def _timed_inserts(
-    execute: Callable[[str], Any], n: int, warmup: int
-) -> tuple[list[float], list[float]]:
-    """``n`` single-row inserts in a row: each one's start and seconds."""
+def _tail_table(execute: Callable[[str], Any], warmup: int) -> None:
     execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
     for _ in range(warmup):
         execute("INSERT INTO t(v) VALUES ('x')")
+
+
+def _timed_inserts(execute: Callable[[str], Any], n: int) -> tuple[list[float], list[float]]:
+    """``n`` single-row inserts in a row: each one's start and seconds."""
     starts = [0.0] * n
     lat = [0.0] * n
     clock = time.perf_counter
@@ -559,9 +560,10 @@ def run_tail(n: int, warmup: int) -> dict[str, Any]:
 
     with fresh_dir() as d:
         db = litegate.connect(os.path.join(d, "tail.db"))
+        _tail_table(db.execute, warmup)
         gc.callbacks.append(on_gc)
         try:
-            starts, lat = _timed_inserts(db.execute, n, warmup)
+            starts, lat = _timed_inserts(db.execute, n)
         finally:
             gc.callbacks.remove(on_gc)
         state = db._process_state()
@@ -569,7 +571,8 @@ def run_tail(n: int, warmup: int) -> dict[str, Any]:
         ckpt = db.stats()["checkpoints"]
         db.close()
     with fresh_dir() as d, closing(_open_sqlite(os.path.join(d, "tail.db"))) as conn:
-        _, plain = _timed_inserts(conn.execute, n, warmup)
+        _tail_table(conn.execute, warmup)
+        _, plain = _timed_inserts(conn.execute, n)
 
     def overlaps(t0: float, dur: float) -> list[str]:
         t1 = t0 + dur
