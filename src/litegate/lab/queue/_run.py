@@ -408,7 +408,6 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         threads = [n for o in workers for n in o["per_thread_done"]]
         f["share_min"] = float(min(shares, default=0))
         f["share_max"] = float(max(shares, default=0))
-        f["share_ratio"] = f["share_max"] / f["share_min"] if f["share_min"] else None
         f["thread_share_min"] = float(min(threads, default=0))
         f["thread_share_max"] = float(max(threads, default=0))
         f["shares"] = shares
