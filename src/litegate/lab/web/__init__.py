@@ -169,12 +169,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if bad or not frameworks:
         raise ValueError(f"unknown framework(s) {bad}; pick from {', '.join(FRAMEWORKS)}")
     engines = tuple(dict.fromkeys(e.strip() for e in args.engines.split(",") if e.strip()))
-    bases = {_variant.base(e) for e in engines}  # (ValueError for a malformed variant)
-    bad = [e for e in engines if _variant.base(e) not in ENGINES]
+    base_of = {e: _variant.base(e) for e in engines}  # (ValueError for a malformed variant)
+    bad = [e for e, b in base_of.items() if b not in ENGINES]
     if bad or not engines:
         raise ValueError(f"unknown engine(s) {bad}; pick from {', '.join(ENGINES)}")
     for f in frameworks:
-        if not bases & set(ENGINES_OF[f]):
+        if not set(base_of.values()) & set(ENGINES_OF[f]):
             raise ValueError(
                 f"none of the engines {', '.join(engines)} runs on {f}; "
                 f"its engines: {', '.join(ENGINES_OF[f])}"
