@@ -448,7 +448,8 @@ def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit
     ``before`` (oldest first, through that state's index; never the newest
     row of the table); the caller loops, so that no transaction is long."""
     n: int = conn.execute(_PURGE[state], (queue, before, limit)).rowcount
-    prune(conn)
+    if n < limit:  # the caller's last chunk: clear the counts the chunks emptied, once
+        prune(conn)
     return n
 
 
