@@ -56,8 +56,9 @@ def test_config_from_args() -> None:
         micro.config_from_args(_args(proc_sides="bounded:x"))
     with pytest.raises(ValueError, match="unknown side 'mutex'"):
         micro.config_from_args(_args(proc_sides="mutex"))
-    with pytest.raises(ValueError, match="at least 2"):
-        micro.config_from_args(_args(procs="1"))
+    assert micro.config_from_args(_args(procs="1,2")).procs == (1, 2)  # 1: each side alone
+    with pytest.raises(ValueError, match="at least 1"):
+        micro.config_from_args(_args(procs="0"))
 
 
 def test_tiny_run_end_to_end() -> None:
@@ -148,6 +149,28 @@ def test_processes_part_runs_every_side() -> None:
     assert "P single-threaded processes" in text
     assert "one process asks for the gate" in text
     assert "targets for bounded" in text
+
+
+def test_one_process_is_each_sides_ceiling_and_not_a_target() -> None:
+    cfg = micro.Config(
+        parts=("processes",),
+        procs=(1,),
+        proc_sides=("sqlite3", "bounded"),
+        proc_seconds=0.2,
+        asker_trials=1,
+    )
+    result = micro.run(cfg)
+    (run,) = result["runs"]
+    assert set(run["processes"]) == {"1/sqlite3", "1/bounded"}
+    for cell in run["processes"].values():
+        assert cell["writes"] == cell["committed"] > 0
+        assert cell["counts"] == [cell["writes"]]
+        assert cell["jain"] == 1.0
+    # alone, nobody waits: no grant is forced and nothing is taken past anyone
+    assert run["processes"]["1/bounded"]["handoff_share"] == 0.0
+    assert run["processes"]["1/bounded"]["barge_share"] == 0.0
+    text = micro.render(result)
+    assert "max <= 25 ms: no bounded run with P >= 2" in text
 
 
 def test_profile_counts_opcodes_per_call_and_names_the_functions() -> None:
