@@ -165,6 +165,12 @@ class _ProcessState:
         self.writer_in_use = False
         self.closing = False
         self.gate_open = True  # our use of the FileGate, given back once
+        # A Database collected without close(): give the gate its use back,
+        # or the gate, its checkpointer and keeper threads would stay for the
+        # rest of the process. (Holds the gate only: the state refers to the
+        # Database, which must stay collectable.) Detached by a close.
+        self.gate_collected = weakref.finalize(db, self.filegate.close_soon)
+        self.gate_collected.atexit = False  # (at exit there is nothing left to free)
         self.writer_owner: int | None = None  # thread ident holding the gate
         self.writer_task: object = None  # the asyncio task inside async with db.write()
         self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
@@ -268,6 +274,7 @@ class Database:
         self._state_lock = threading.Lock()  # the parent's may be held forever
         if state is None:
             return
+        state.gate_collected.detach()  # the gate is the parent's
         me = threading.get_ident()  # the forking thread keeps its ident in the child
         safe = {id(c) for c in state.pool.idle_snapshot()}
         safe.update(c for c, owner in state.reader_owner.items() if owner == me)
@@ -894,6 +901,8 @@ class Database:
         with state.writer_mutex:
             conn, state.writer = state.writer, None
             gate_open, state.gate_open = state.gate_open, False
+        if gate_open:
+            state.gate_collected.detach()  # given back below, once
         try:
             if conn is not None:
                 self._close_conn(state, conn)

@@ -3,6 +3,8 @@ Django, every connection) on the file."""
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 
 import pytest
@@ -85,6 +87,58 @@ def test_file_gate_open_is_shared_and_counted(tmp_path: object) -> None:
 
 def checkpointer_threads() -> int:
     return [t.name for t in threading.enumerate()].count("litegate-checkpointer")
+
+
+def test_a_database_collected_without_close_gives_its_gate_use_back(db_path: str) -> None:
+    """A Database dropped without close() gives the file's gate its use back
+    once it is collected (its state refers back to it: a cycle), so the gate
+    and its checkpointer stop with the last use, as close() would have it;
+    one that is still open keeps the gate going meanwhile."""
+    path = os.path.realpath(db_path)
+    kept = litegate.connect(db_path)
+    dropped = litegate.connect(db_path)
+    dropped.execute("CREATE TABLE t(v)")
+    dropped.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(10)])
+    gate = _gate._REGISTRY[path]
+    assert gate._users == 2
+    gc.disable()  # (so the cycle goes only when this test collects it)
+    try:
+        del dropped
+        gc.collect()
+    finally:
+        gc.enable()
+    wait_until(lambda: gate._users == 1, what="the dropped Database's use to be given back")
+    assert gate._ckpt is not None  # kept still uses the file: its checkpointer runs on
+    kept.execute("INSERT INTO t VALUES (10)")  # and it writes through the same gate
+    assert _gate._REGISTRY[path] is gate
+    assert kept.query("SELECT count(*) FROM t") == [(11,)]
+    gc.disable()
+    try:
+        del kept
+        gc.collect()
+    finally:
+        gc.enable()
+    wait_until(lambda: path not in _gate._REGISTRY, what="the gate's last use to be given back")
+    assert gate._users == 0
+    assert gate._ckpt is None  # its checkpointer stopped
+
+
+def test_closing_a_database_gives_its_gate_use_back_once(db_path: str) -> None:
+    """close() gives the use back itself and detaches the collector's, so a
+    later collection does not give it back a second time (which would take
+    another Database's use)."""
+    path = os.path.realpath(db_path)
+    a = litegate.connect(db_path)
+    b = litegate.connect(db_path)
+    gate = _gate._REGISTRY[path]
+    a.close()
+    assert gate._users == 1
+    del a
+    gc.collect()
+    assert gate._users == 1  # still b's
+    assert _gate._REGISTRY[path] is gate
+    b.close()
+    assert path not in _gate._REGISTRY
 
 
 def test_one_checkpointer_per_file_per_process(
