@@ -144,9 +144,17 @@ def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None
     out.put((os.getpid(), n, lat))
 
 
-def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
-    """One side, P processes, ``seconds`` of writes on a fresh database."""
+def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> dict[str, Any]:
+    """One side, P processes, ``seconds`` of writes on a fresh database.
+    ``grant_log``: a litegate side logs every grant, and the result gets the
+    bounds checked on that log (``_grantlog.check``) under ``"grant_log"``;
+    logging slows the gate, so its writes/s are not comparable with a run
+    without it."""
     import tempfile
+
+    from litegate import _grantlog
+
+    logged = grant_log and _is_litegate(side)
 
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="litegate-writers-") as d:
@@ -160,8 +168,15 @@ def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
             ctx.Process(target=_child, args=(side, path, barrier, seconds, out))
             for _ in range(procs)
         ]
-        for p in ps:
-            p.start()
+        folder = os.path.join(d, "grants")
+        if logged:
+            _grantlog.enable(folder)  # (the children inherit it through the environment)
+        try:
+            for p in ps:
+                p.start()
+        finally:
+            if logged:
+                _grantlog.enable(None)
         got = [out.get(timeout=seconds + 120) for _ in ps]
         reap(ps, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:
@@ -171,6 +186,7 @@ def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
             from litegate._filelock import read_counters
 
             counters = read_counters(path + "-litegate")
+        checked = _grantlog.check(_grantlog.read(folder)) if logged else None
     counts = [n for _pid, n, _lat in got]
     lat = [float(x) for _pid, _n, lats in got for x in lats]
     figures = describe(lat) if lat else {"p50": 0.0, "p99": 0.0, "max": 0.0}
@@ -188,6 +204,8 @@ def run_side(side: str, procs: int, seconds: float) -> dict[str, Any]:
         "p99_us": figures["p99"],
         "max_us": figures["max"],
     }
+    if checked is not None:
+        result["grant_log"] = checked
     if counters is not None:
         grants = max(1, counters["grants"])
         result["grants"] = counters["grants"]

@@ -122,6 +122,7 @@ class Config:
     proc_seconds: float = 3.0  # ... writing for this long, each side
     proc_sides: tuple[str, ...] = _writers.SIDES
     asker_trials: int = 15  # the processes part: one process asking past two writers
+    grant_log: bool = False  # the processes part: log every grant, check the bounds on it
     noise_k: float = 2.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -715,7 +716,7 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
                 for side in cfg.proc_sides:  # interleaved per run: drift hits every side
                     progress.describe(f"run {run_no}/{cfg.runs}: {procs} processes writing, {side}")
                     one["processes"][f"{procs}/{side}"] = _writers.run_side(
-                        side, procs, cfg.proc_seconds
+                        side, procs, cfg.proc_seconds, grant_log=cfg.grant_log
                     )
                     progress.advance()
             one["asker"] = {}
@@ -788,6 +789,21 @@ def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
             }
             for cell in runs[0]["processes"]
         }
+        logs = {
+            cell: [r["processes"][cell]["grant_log"] for r in runs]
+            for cell in runs[0]["processes"]
+            if "grant_log" in runs[0]["processes"][cell]
+        }
+        if logs:  # over the runs: counts add up, the worst figures are the worst of any run
+            out["grant_log"] = {
+                cell: {
+                    key: (max if key.startswith(("worst_", "overtakes_")) else sum)(
+                        c[key] for c in checks
+                    )
+                    for key in checks[0]
+                }
+                for cell, checks in logs.items()
+            }
     return out
 
 
@@ -925,6 +941,8 @@ def render(result: dict[str, Any]) -> str:
     if "processes" in summary:
         parts.append("")
         parts.append(_render_processes(summary["processes"], what, runs, summary.get("asker")))
+        if "grant_log" in summary:
+            parts.append(_render_grant_logs(summary["grant_log"]))
     if "profile" in result:
         parts.append("")
         parts.append(_profile.render(result["profile"]))
@@ -1017,6 +1035,33 @@ def _render_processes(
     return "\n".join(lines)
 
 
+def _render_grant_logs(logs: dict[str, dict[str, int]]) -> str:
+    """The bounds checked on each litegate side's grant log (``--grant-log``)."""
+    lines = [
+        "grant log (--grant-log: every grant logged, which slows the gate; counts over all runs, "
+        "the worst of any run):"
+    ]
+    for cell, c in logs.items():
+        procs, side = cell.split("/", 1)
+        k = c["overtakes_bound"]
+        bound = "no bound" if k < 0 else f"bound {k} + 1"
+        lines.append(
+            f"  P={procs} {side}: {c['grants']:,} grants, {c['queued']:,} slept in the line; "
+            f"worst overtakes of a head {c['worst_overtakes']} ({bound}); "
+            + (
+                f"at most {max(0, c['worst_over_budget_ns']) / 1e6:.2f} ms past a head's time "
+                "budget and the turns meanwhile; "
+                if c["timed"]
+                else "no time budget; "
+            )
+            + f"gate free at most {c['worst_free_gap_ns'] / 1e6:.2f} ms while a "
+            f"head waited; violations (must be 0): {c['overlaps']} two holders at once, "
+            f"{c['out_of_order']} out of ticket order, {c['over_overtakes']} overtaken past "
+            "the bound"
+        )
+    return "\n".join(lines)
+
+
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
     if "latency" not in result["summary"]:
         return []
@@ -1088,6 +1133,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"{','.join(_writers.SIDES)}); bounded:K:T tries a budget, e.g. bounded:64:0.002",
     )
     g.add_argument(
+        "--grant-log",
+        action="store_true",
+        help="the processes part: log every grant of the litegate sides and check the bounds on "
+        "the log (two holders at once, ticket order, overtakes against the budget, the gate "
+        "free while a head waited); logging slows the gate, so those writes/s are not "
+        "comparable with a run without it",
+    )
+    g.add_argument(
         "--procs",
         default=None,
         metavar="LIST",
@@ -1117,6 +1170,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         for side in sides:
             _writers.check_side(side)
         cfg.proc_sides = sides
+    cfg.grant_log = bool(getattr(args, "grant_log", False))
     if getattr(args, "procs", None):
         try:
             # 1 is the lone process: each side's ceiling, with nobody to take turns with

@@ -57,6 +57,8 @@ def test_config_from_args() -> None:
     with pytest.raises(ValueError, match="unknown side 'mutex'"):
         micro.config_from_args(_args(proc_sides="mutex"))
     assert micro.config_from_args(_args(procs="1,2")).procs == (1, 2)  # 1: each side alone
+    assert micro.config_from_args(_args()).grant_log is False
+    assert micro.config_from_args(_args(grant_log=True)).grant_log is True
     with pytest.raises(ValueError, match="at least 1"):
         micro.config_from_args(_args(procs="0"))
 
@@ -171,6 +173,30 @@ def test_one_process_is_each_sides_ceiling_and_not_a_target() -> None:
     assert run["processes"]["1/bounded"]["barge_share"] == 0.0
     text = micro.render(result)
     assert "max <= 25 ms: no bounded run with P >= 2" in text
+
+
+def test_grant_log_checks_the_bounds_of_each_litegate_side() -> None:
+    cfg = micro.Config(
+        parts=("processes",),
+        procs=(2,),
+        proc_sides=("sqlite3", "bounded"),
+        proc_seconds=0.3,
+        asker_trials=1,
+        grant_log=True,
+    )
+    result = micro.run(cfg)
+    (run,) = result["runs"]
+    assert "grant_log" not in run["processes"]["2/sqlite3"]  # no gate, no log
+    cell = run["processes"]["2/bounded"]
+    checked = cell["grant_log"]
+    assert checked["grants"] >= cell["writes"]  # (+ any checkpointer turn)
+    assert checked["overlaps"] == checked["out_of_order"] == checked["over_overtakes"] == 0
+    assert checked["overtakes_bound"] in (-1, 16)  # the default budget's count, if any head slept
+    assert result["summary"]["grant_log"]["2/bounded"]["grants"] == checked["grants"]
+    text = micro.render(result)
+    assert "grant log (--grant-log" in text
+    assert "P=2 bounded: " in text
+    assert "0 two holders at once" in text
 
 
 def test_profile_counts_opcodes_per_call_and_names_the_functions() -> None:
