@@ -169,6 +169,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
             for _ in range(procs)
         ]
         folder = os.path.join(d, "grants")
+        before = os.environ.get("LITEGATE_GRANT_LOG")  # (a log of the caller's own)
         if logged:
             _grantlog.enable(folder)  # (the children inherit it through the environment)
         try:
@@ -176,7 +177,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
                 p.start()
         finally:
             if logged:
-                _grantlog.enable(None)
+                _grantlog.enable(before or None)
         got = [out.get(timeout=seconds + 120) for _ in ps]
         reap(ps, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:
