@@ -169,7 +169,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
             for _ in range(procs)
         ]
         folder = os.path.join(d, "grants")
-        before = os.environ.get("LITEGATE_GRANT_LOG")  # (a log of the caller's own)
+        before = _grantlog.active()  # (a log of the caller's own, switched back on after)
         if logged:
             _grantlog.enable(folder)  # (the children inherit it through the environment)
         try:
@@ -177,7 +177,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
                 p.start()
         finally:
             if logged:
-                _grantlog.enable(before or None)
+                _grantlog.enable(before.folder if before is not None else None)
         got = [out.get(timeout=seconds + 120) for _ in ps]
         reap(ps, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:

@@ -4,6 +4,7 @@ invariants only; speed is what the benchmark reports, never what a test asserts)
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -153,16 +154,19 @@ def test_processes_part_runs_every_side() -> None:
     assert "targets for bounded" in text
 
 
-def test_one_process_is_each_sides_ceiling_and_not_a_target() -> None:
+def _processes_part(**kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The processes part alone, plain sqlite3 and bounded, one run: (the
+    result, its run)."""
     cfg = micro.Config(
-        parts=("processes",),
-        procs=(1,),
-        proc_sides=("sqlite3", "bounded"),
-        proc_seconds=0.2,
-        asker_trials=1,
+        parts=("processes",), proc_sides=("sqlite3", "bounded"), asker_trials=1, **kw
     )
     result = micro.run(cfg)
     (run,) = result["runs"]
+    return result, run
+
+
+def test_one_process_is_each_sides_ceiling_and_not_a_target() -> None:
+    result, run = _processes_part(procs=(1,), proc_seconds=0.2)
     assert set(run["processes"]) == {"1/sqlite3", "1/bounded"}
     for cell in run["processes"].values():
         assert cell["writes"] == cell["committed"] > 0
@@ -176,16 +180,7 @@ def test_one_process_is_each_sides_ceiling_and_not_a_target() -> None:
 
 
 def test_grant_log_checks_the_bounds_of_each_litegate_side() -> None:
-    cfg = micro.Config(
-        parts=("processes",),
-        procs=(2,),
-        proc_sides=("sqlite3", "bounded"),
-        proc_seconds=0.3,
-        asker_trials=1,
-        grant_log=True,
-    )
-    result = micro.run(cfg)
-    (run,) = result["runs"]
+    result, run = _processes_part(procs=(2,), proc_seconds=0.3, grant_log=True)
     assert "grant_log" not in run["processes"]["2/sqlite3"]  # no gate, no log
     cell = run["processes"]["2/bounded"]
     checked = cell["grant_log"]
