@@ -59,7 +59,16 @@ process on Linux). Per cell:
 No Jain's index: every child thread does exactly one write, so the per-child
 counts are equal by design (fewer only where a write failed, which ERRORS
 counts); how evenly the waiting was shared shows in FASTEST, SLOWEST and
-AFTER_RELEASE.
+AFTER_RELEASE, and the order in two more columns (issue 18):
+
+- WORST OVERTAKES: the most writers that started later one writer saw
+  commit first (its start against its row's place in the commit order,
+  ``_stats.overtakes``; the JSON also has the share overtaken at all). The
+  writers start within a few ms of each other, so this measures the order
+  the lock served the herd in: 0 in arrival order, up to every writer
+  after it for a lock that serves whoever retries at the right moment;
+- HAND-OFFS (litegate): the share of the gate's grants forced by a head's
+  spent budget, over every child (``db.stats()["gate"]``).
 
 The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
@@ -139,9 +148,12 @@ FIGURES = (
     "after_latest_release_ms",  # JSON only: see _after_latest_release
     "first_after_release_ms",  # the first child COMMIT - the parent's last release
     "p50_after_release_ms",  # the median child COMMIT - the parent's last release
+    "worst_overtakes",  # the most writers that started later one writer saw commit first
+    "overtaken_share",  # the share of writers that a later one overtook
+    "handoff_share",  # litegate: the gate's grants forced by a head's spent budget
 )
 # the main table's columns; the rest are in the JSON (and the variant tables)
-TABLE_FIGURES = FIGURES[:7]
+TABLE_FIGURES = (*FIGURES[:7], "worst_overtakes", "handoff_share")
 TARGET_AFTER_RELEASE_MS = 5.0
 TARGET_FAST_ONLY_MS = 15.0
 
@@ -444,6 +456,8 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
             stats = db.stats()
             out["busy_retries"] = stats["busy_retries"]
             out["cross_process_waits"] = stats["gate"]["cross_process_waits"]
+            out["gate_grants"] = stats["gate"]["count"]
+            out["gate_handoffs"] = stats["gate"]["handoffs"]
         out["records"] = sorted(records, key=lambda r: int(r["thread"]))
         results.put(out)
         reported = True
@@ -654,6 +668,7 @@ def run_cell(
         done.fire()
         reap(procs, results, timeout=10)
         res.rows_found = _count_rows(path)
+        committed = _commit_order(path)
 
     records: list[dict[str, Any]] = []
     for out in outs:
@@ -687,6 +702,13 @@ def run_cell(
         {**c, "writers": [r for r in records if r["pid"] == c["pid"]]} for c in res.children
     ]
     parent_ms = (t_release - t_start) * 1e3
+    # order: each writer's start against its row's place in the commit order
+    placed = [r for r in records if f"{r['pid']}:{r['thread']}" in committed]
+    order = _stats.overtake_figures(
+        [r["start_ms"] for r in placed], [committed[f"{r['pid']}:{r['thread']}"] for r in placed]
+    )
+    grants = sum(int(c.get("gate_grants", 0)) for c in res.children)
+    handoffs = sum(int(c.get("gate_handoffs", 0)) for c in res.children)
     durations = [r["end_ms"] - r["start_ms"] for r in records]
     last_end = max((r["end_ms"] for r in records), default=None)
     slowest = max(durations, default=None)
@@ -703,6 +725,9 @@ def run_cell(
         "after_latest_release_ms": _after_latest_release(records, releases),
         "first_after_release_ms": min(after, default=None),
         "p50_after_release_ms": _stats.median(after) if after else None,
+        "worst_overtakes": order["worst_overtakes"] if placed else None,
+        "overtaken_share": order["overtaken_share"] if placed else None,
+        "handoff_share": handoffs / grants if grants else None,
     }
     return res
 
@@ -724,6 +749,16 @@ def _after_latest_release(
 
 def _ok(records: Sequence[dict[str, Any]]) -> int:
     return sum(1 for r in records if not r.get("error"))
+
+
+def _commit_order(path: str) -> dict[str, int]:
+    """Each child writer's place in the commit order (its row's rowid)."""
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        rows = conn.execute("SELECT who, rowid FROM t WHERE who != 'parent' ORDER BY rowid")
+        return {str(who): int(rowid) for who, rowid in rows}
+    finally:
+        conn.close()
 
 
 def _count_rows(path: str) -> int:
@@ -958,6 +993,8 @@ COLUMNS = (
     Column("DELTA"),
     Column("ERRORS"),
     Column("AFTER_RELEASE"),
+    Column("WORST OVERTAKES"),
+    Column("HAND-OFFS"),
 )
 
 
@@ -1096,6 +1133,8 @@ def _table(entries: list[dict[str, Any]], modes: Sequence[str], *, cv: bool) -> 
                     row.append("-")
                 elif cv:
                     row.append(fmt_pct(s["cv"]))
+                elif fig == "handoff_share":
+                    row.append(fmt_pct(s["median"]))
                 else:
                     row.append(fmt_ms(s["median"], 1 if fig == "after_release_ms" else 0))
             rows.append(row)

@@ -25,6 +25,13 @@ cell's wall time; its limit is pool size / hold time = 500/s. The actual
 hold time (``time.sleep`` overshoots) is recorded as the harness's own
 no-op figure: if it moves, the harness moved, not the pool.
 
+Order (issue 18): each checkout's ask and grant times give how many threads
+that asked later were served first (``_stats.overtakes``): OVERTAKEN is the
+share of checkouts overtaken at all, WORST OVERTAKES the most any one saw.
+A pool that serves in arrival order shows 0 but for the moments between a
+thread reading the clock and joining the line; timed-out checkouts, never
+served, are left out (TIMEOUTS counts them).
+
 The seed ran 100,000 requests per cell: at 500/s that is 200 s per cell,
 over an hour for 4 pools x 5 thread counts. The default here is 10,000
 requests per cell (about 20 s each, the whole default run about 7 minutes);
@@ -42,7 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,6 +87,9 @@ FIGURES = (
     "pct_of_measured_limit",
     "jain",
     "rsd",
+    "worst_overtakes",
+    "p99_overtakes",
+    "overtaken_share",
 )
 TARGET_THREADS = 50
 TARGET_P99_OVER_P50 = 1.2
@@ -209,6 +219,9 @@ class _Worker:
     timeout_waits: list[float]
     holds: list[float]
     done: int = 0
+    # when each successful checkout asked and when it got its connection
+    asked: list[float] = field(default_factory=list)
+    got: list[float] = field(default_factory=list)
 
 
 def run_cell(
@@ -253,6 +266,8 @@ def _drive(
                     continue
                 t1 = clock()
                 w.waits.append(t1 - t0)
+                w.asked.append(t0)
+                w.got.append(t1)
                 try:
                     sleep(hold)
                     w.holds.append(clock() - t1)
@@ -300,6 +315,11 @@ def _drive(
         # how evenly the threads shared the checkouts (Jain: 1.0 = equal shares)
         "jain": _stats.jain([len(w.waits) + len(w.timeout_waits) for w in workers]),
         "rsd": _stats.rsd([len(w.waits) + len(w.timeout_waits) for w in workers]),
+        # later arrivals served first (0 for a first-come-first-served pool;
+        # timed-out checkouts, never served, are not in it)
+        **_stats.overtake_figures(
+            [x for w in workers for x in w.asked], [x for w in workers for x in w.got]
+        ),
         # against the limit the harness allows: pool size / the hold it really got
         "pct_of_measured_limit": (
             100.0 * throughput * hold_p50 / cfg.pool_size if hold_p50 > 0 else 0.0
@@ -446,10 +466,13 @@ COLUMNS = (
     Column("TIMEOUTS"),
     Column("CHECKOUTS/S"),
     Column("JAIN"),
+    Column("OVERTAKEN"),
+    Column("WORST OVERTAKES"),
     Column("% OF LIMIT"),
 )
 _SHOWN = (
     "p50_ms", "p90_ms", "p99_ms", "max_ms", "stddev_ms", "timeouts", "throughput", "jain",
+    "overtaken_share", "worst_overtakes",
 )  # fmt: skip
 
 
@@ -459,8 +482,10 @@ def _row(e: dict[str, Any], *, cv: bool) -> list[str]:
         s = e["figures"][fig]
         if cv:
             row.append(fmt_pct(s["cv"]))
-        elif fig in ("timeouts", "throughput"):
+        elif fig in ("timeouts", "throughput", "worst_overtakes"):
             row.append(fmt_ms(s["median"]))
+        elif fig == "overtaken_share":
+            row.append(fmt_pct(s["median"]))
         elif fig == "jain":
             row.append(f"{s['median']:.3f}")
         else:
@@ -482,6 +507,12 @@ def render(result: dict[str, Any]) -> str:
     ]
     groups = [[_row(e, cv=False) for e in summary if e["threads"] == n] for n in cfg["threads"]]
     parts.append(seed_table(COLUMNS, groups))
+    parts.append(
+        "OVERTAKEN: checkouts that a thread arriving later got ahead of; WORST OVERTAKES: "
+        "the most later arrivals one checkout saw served first (a first-come-first-served "
+        "pool: 0, but for a thread that read the clock and was preempted before it joined "
+        "the line)"
+    )
     if runs > 1:
         parts.append("")
         parts.append(f"-- coefficient of variation across {runs} runs (seed 002)")

@@ -39,7 +39,11 @@ run:
 
 With threads (durable, threads), each side also has Jain's index and the RSD
 over the threads' counts of finished writes when the first thread was done
-(``_Completions``): how evenly the threads shared the writes.
+(``_Completions``): how evenly the threads shared the writes. Each write
+stores when its thread asked, so the rowids give the order figures too: how
+many writes a later one committed before (``_stats.overtakes``; 0 for a
+first-come-first-served lock), and for litegate the share of the gate's
+grants forced by a head's spent budget (``db.stats()["gate"]``).
 
 Part 3, the single-insert tail: 100,000 inserts in a row with the
 background checkpointer on; the slowest ones are matched against what
@@ -90,7 +94,7 @@ from ._args import whole_numbers
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_pct, seed_table
-from ._stats import compare, describe, jain, median, rsd, summarise
+from ._stats import compare, describe, jain, median, overtake_figures, rsd, summarise
 
 NAME = "micro"
 HELP = "seed 002: per-operation latency vs plain sqlite3, write throughput, insert tail"
@@ -387,17 +391,22 @@ class _Completions:
         }
 
 
-def _mutex_writer(path: str, synchronous: str) -> tuple[sqlite3.Connection, Callable[[], None]]:
+# Each write stores when its thread asked (CLOCK_MONOTONIC, ns): the rowids
+# then give the commit order, so the order figures need no lock of their own.
+INSERT_ASKED = "INSERT INTO w(v) VALUES (?)"
+
+
+def _mutex_writer(path: str, synchronous: str) -> tuple[sqlite3.Connection, Callable[[int], None]]:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.execute("CREATE TABLE IF NOT EXISTS w(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("CREATE TABLE IF NOT EXISTS w(id INTEGER PRIMARY KEY, v INTEGER)")
     lock = threading.Lock()
 
-    def write_one() -> None:
+    def write_one(asked: int) -> None:
         with lock:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO w(v) VALUES ('x')")
+            conn.execute(INSERT_ASKED, (asked,))
             conn.execute("COMMIT")
 
     return conn, write_one
@@ -406,6 +415,15 @@ def _mutex_writer(path: str, synchronous: str) -> tuple[sqlite3.Connection, Call
 def _count(path: str) -> int:
     with sqlite3.connect(path) as conn:
         return int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
+
+
+def _order(path: str, side: str) -> dict[str, float]:
+    """How far the commit order strayed from the order the writes were
+    asked in (``_stats.overtake_figures``; the rowids are the commit order)."""
+    with closing(sqlite3.connect(path)) as conn:
+        asked = [int(v) for (v,) in conn.execute("SELECT v FROM w ORDER BY id")]
+    figures = overtake_figures(asked, range(len(asked)))
+    return {f"{side}_{key}": value for key, value in figures.items()}
 
 
 def throughput_threads(
@@ -417,42 +435,52 @@ def throughput_threads(
     was done, with Jain's index and the RSD over them (``_Completions``)."""
     total = threads * per_thread
     lg_done, mx_done = _Completions(threads), _Completions(threads)
+    clock = time.monotonic_ns
     with fresh_dir() as d:
         path = os.path.join(d, "lg.db")
         db = litegate.connect(path, profile=profile, timeout=60)
-        db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
+        db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v INTEGER)")
 
         def lg(k: int) -> None:
             for _ in range(per_thread):
-                db.execute("INSERT INTO w(v) VALUES ('x')")
+                db.execute(INSERT_ASKED, (clock(),))
                 lg_done.counts[k] += 1
             lg_done.finished()
 
         lg_s = _threads(threads, lg)
-        batches = db.stats()["writes"]["group_commit"]
+        stats = db.stats()
+        batches, gate = stats["writes"]["group_commit"], stats["gate"]
         db.close()
         assert _count(path) == total
+        lg_order = _order(path, "litegate")
     with fresh_dir() as d:
         path = os.path.join(d, "mutex.db")
         conn, write_one = _mutex_writer(path, synchronous)
 
         def mx(k: int) -> None:
             for _ in range(per_thread):
-                write_one()
+                write_one(clock())
                 mx_done.counts[k] += 1
             mx_done.finished()
 
         mx_s = _threads(threads, mx)
         conn.close()
         assert _count(path) == total
+        mx_order = _order(path, "baseline")
+    grants = max(1, int(gate["count"]))
     return {
         "writes": total,
         "litegate_per_s": total / lg_s,
         "baseline_per_s": total / mx_s,
         "ratio": mx_s / lg_s,
         "batch_mean": float(batches["mean"]),
+        # the gate's grants forced by a head's spent budget (each grant is a
+        # group commit's batch, or the checkpointer's turn)
+        "litegate_handoff_share": int(gate["handoffs"]) / grants,
         **lg_done.figures("litegate"),
         **mx_done.figures("baseline"),
+        **lg_order,
+        **mx_order,
     }
 
 
@@ -461,9 +489,10 @@ def throughput_single(writes: int, synchronous: str) -> float:
     with fresh_dir() as d:
         path = os.path.join(d, "single.db")
         conn, write_one = _mutex_writer(path, synchronous)
+        clock = time.monotonic_ns
         t0 = time.perf_counter()
         for _ in range(writes):
-            write_one()
+            write_one(clock())  # (as the threads do: the same statement, the same clock read)
         elapsed = time.perf_counter() - t0
         conn.close()
     return writes / elapsed
@@ -870,6 +899,9 @@ def render(result: dict[str, Any]) -> str:
             Column("RATIO"),
             Column("JAIN lg / base"),
             Column("RSD lg / base"),
+            Column("OVERTAKEN lg / base"),
+            Column("WORST OVERTAKES lg / base"),
+            Column("HAND-OFFS lg"),
             Column("TARGET", "left"),
         ]
         if runs > 1:
@@ -885,6 +917,11 @@ def render(result: dict[str, Any]) -> str:
                 f"{ratio:.2f}x",
                 _thread_shares(s, "jain"),
                 _thread_shares(s, "rsd"),
+                _thread_shares(s, "overtaken_share"),
+                _thread_shares(s, "worst_overtakes"),
+                fmt_pct(s["litegate_handoff_share"]["median"])
+                if "litegate_handoff_share" in s
+                else "-",
                 f"{text}: {'met' if ratio >= goal else 'MISSED'}",
             ]
             if runs > 1:
@@ -901,7 +938,10 @@ def render(result: dict[str, Any]) -> str:
             f"{vs:.2f}x of that (target >= 0.8x: {'met' if vs >= 0.8 else 'MISSED'}); "
             "durable: synchronous=FULL, 32 threads; asyncio: 1,000 tasks; JAIN / RSD: "
             "over the threads' finished writes when the first thread was done (litegate / "
-            "the baseline; 1.000 / 0% = equal shares)"
+            "the baseline; 1.000 / 0% = equal shares); OVERTAKEN / WORST OVERTAKES: writes "
+            "that a write asked later committed before, and the most later writes one write "
+            "saw commit first (0 / 0 = arrival order); HAND-OFFS: litegate's grants of the "
+            "gate forced by a head's spent budget"
         )
     if "tail" in result:
         tail = result["tail"]
@@ -960,6 +1000,8 @@ def _thread_shares(s: dict[str, Any], figure: str) -> str:
         return "-"
     if figure == "jain":
         return f"{lg['median']:.3f} / {base['median']:.3f}"
+    if figure == "worst_overtakes":
+        return f"{lg['median']:,.0f} / {base['median']:,.0f}"
     return f"{fmt_pct(lg['median'])} / {fmt_pct(base['median'])}"
 
 

@@ -71,6 +71,15 @@ def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
         assert cell["rows_found"] == cell["rows_expected"]
         ok = sum(1 for w in writers if not w["error"])
         assert cell["figures"]["errors"] == 4 - ok
+        # order: 4 writers, each overtaken by at most the 3 others
+        assert 0 <= cell["figures"]["worst_overtakes"] <= 3
+        assert 0.0 <= cell["figures"]["overtaken_share"] <= 1.0
+        if cell["mode"] == "litegate":
+            assert 0.0 <= cell["figures"]["handoff_share"] <= 1.0
+            # a grant per group commit: each child's 2 writes in 1 or 2 of them
+            assert 2 <= sum(c["gate_grants"] for c in cell["children"]) <= 4
+        else:
+            assert cell["figures"]["handoff_share"] is None
 
 
 def test_litegate_mode_has_no_errors(result: dict[str, Any]) -> None:
@@ -116,6 +125,9 @@ def test_summary_comparisons_and_targets(result: dict[str, Any]) -> None:
         assert e["runs"] == 1
         for name in contention.FIGURES:
             s = e["figures"][name]
+            if name == "handoff_share" and e["mode"] != "litegate":
+                assert s is None  # no gate, no hand-offs
+                continue
             assert s["n"] == 1
             assert s["cv"] is None  # one run: no noise estimate
     cmps = result["comparisons"]
@@ -133,7 +145,7 @@ def test_render_uses_the_seed_columns(result: dict[str, Any]) -> None:
     titles = [cell.strip() for cell in headers[0].split("|")]
     assert titles == [
         "MODE", "CONTENTION", "PARENT", "FASTEST", "SLOWEST", "SCRIPT", "DELTA", "ERRORS",
-        "AFTER_RELEASE",
+        "AFTER_RELEASE", "WORST OVERTAKES", "HAND-OFFS",
     ]  # fmt: skip
     assert "6 (2/2/2)" in text
     assert "foreign writer" in text
@@ -316,7 +328,7 @@ def test_variants_report_and_json(variants_run: tuple[Path, str], tmp_path: Path
     for e in summary:
         for name in ("after_release_ms", "first_after_release_ms", "p50_after_release_ms"):
             assert e["figures"][name]["n"] == 1
-        f = {k: e["figures"][k]["median"] for k in e["figures"]}
+        f = {k: v["median"] for k, v in e["figures"].items() if v is not None}
         assert f["first_after_release_ms"] <= f["p50_after_release_ms"] <= f["after_release_ms"]
     assert {c["variant"] for c in data["comparisons"]} == set(keys)
     (target, *_) = data["targets"]

@@ -38,6 +38,11 @@ def test_every_request_is_accounted_for(result: dict[str, Any]) -> None:
         assert 0 <= f["p50_ms"] <= f["p90_ms"] <= f["p99_ms"] <= f["max_ms"]
         assert f["throughput"] > 0
         assert f["hold_p50_ms"] >= 1.0  # time.sleep(0.001) never returns early
+        # order: a thread alone is never overtaken; nobody by more than the others
+        assert 0 <= f["worst_overtakes"] <= r["checkouts"] - 1
+        assert 0.0 <= f["overtaken_share"] <= 1.0
+        if r["threads"] == 1:
+            assert f["worst_overtakes"] == f["overtaken_share"] == 0
 
 
 def test_summary_and_targets(result: dict[str, Any]) -> None:
@@ -54,7 +59,10 @@ def test_render(result: dict[str, Any]) -> None:
     text = fairness.render(result)
     for title in fairness.POOL_TITLES.values():
         assert title in text
-    assert re.search(r"CHECKOUTS/S\s+\|\s+JAIN\s+\|\s+% OF LIMIT", text)
+    assert re.search(
+        r"CHECKOUTS/S\s+\|\s+JAIN\s+\|\s+OVERTAKEN\s+\|\s+WORST OVERTAKES\s+\|\s+% OF LIMIT", text
+    )
+    assert "OVERTAKEN: checkouts that a thread arriving later got ahead of" in text
     assert "not checked" in text
     for r in result["raw"]:  # how evenly the threads shared the checkouts
         shares = [c + t for c, t in zip(r["per_thread"]["checkouts"],

@@ -4,6 +4,9 @@ invariants only; speed is what the benchmark reports, never what a test asserts)
 from __future__ import annotations
 
 import argparse
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,6 +102,10 @@ def test_tiny_run_end_to_end() -> None:
                 assert t[f"{side}_jain"] == _stats.jain(counts)
                 assert 1 / threads - 1e-12 <= t[f"{side}_jain"] <= 1.0
                 assert t[f"{side}_rsd"] == _stats.rsd(counts) >= 0.0
+                # the order figures, from the rowids of every write of the run
+                assert 0 <= t[f"{side}_worst_overtakes"] <= threads * each - 1
+                assert 0.0 <= t[f"{side}_overtaken_share"] <= 1.0
+            assert 0.0 <= t["litegate_handoff_share"] <= 1.0
         assert "litegate_jain" not in thr["asyncio"]  # tasks, not threads: no counts
     s = result["summary"]["latency"]["point_query"]["p50"]
     assert s["sqlite3"]["n"] == 2
@@ -117,6 +124,7 @@ def test_tiny_run_end_to_end() -> None:
         assert w in text
     assert "durable" in text
     assert "JAIN lg / base" in text
+    assert "WORST OVERTAKES lg / base" in text
     jain_summary = result["summary"]["throughput"]["threads"]["litegate_jain"]
     assert jain_summary["n"] == 2
     assert 1 / 8 - 1e-12 <= jain_summary["median"] <= 1.0
@@ -223,3 +231,18 @@ def test_compare_mode_runs_two_configurations() -> None:
     assert result["sides"] == ["A: checkpoints=true", "B: checkpoints=false"]
     assert "throughput" not in result["summary"]
     assert "B/A p50" in micro.render(result)
+
+
+def test_the_commit_order_is_read_from_the_rowids(tmp_path: Path) -> None:
+    path = str(tmp_path / "order.db")
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v INTEGER)")
+        # asked at 10, 20, 30, 40; committed 30, 10, 40, 20: the write asked
+        # at 20 saw two later ones commit first, the one asked at 10 one
+        conn.executemany(micro.INSERT_ASKED, [(30,), (10,), (40,), (20,)])
+        conn.commit()
+    assert micro._order(path, "x") == {
+        "x_worst_overtakes": 2.0,
+        "x_p99_overtakes": pytest.approx(1.97),
+        "x_overtaken_share": 0.5,
+    }

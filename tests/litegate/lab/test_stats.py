@@ -163,3 +163,46 @@ def test_share_figures() -> None:
         "share_max_of_mean": None,
     }
     assert set(_stats.share_figures([]).values()) == {None}
+
+
+def test_overtakes_counts_later_arrivals_granted_first() -> None:
+    # first come, first served: nobody is overtaken
+    assert _stats.overtakes([1, 2, 3, 4], [10, 11, 12, 13]) == [0, 0, 0, 0]
+    # the first to arrive is granted last: the three after it overtook it
+    assert _stats.overtakes([1, 2, 3, 4], [13, 10, 11, 12]) == [3, 0, 0, 0]
+    # reversed: each is overtaken by every one that came after it
+    assert _stats.overtakes([1, 2, 3, 4], [4, 3, 2, 1]) == [3, 2, 1, 0]
+    # a place in a commit order works as well as a time
+    assert _stats.overtakes([5.0, 1.0, 3.0], [1, 3, 2]) == [0, 2, 1]
+    # equal arrivals, or equal grants (one group commit), overtake nobody
+    assert _stats.overtakes([1, 1, 2], [3, 2, 1]) == [1, 1, 0]
+    assert _stats.overtakes([1, 2, 3], [5, 5, 4]) == [1, 1, 0]
+    assert _stats.overtakes([], []) == []
+    with pytest.raises(ValueError, match="3 arrivals but 2 grants"):
+        _stats.overtakes([1, 2, 3], [1, 2])
+
+
+def test_overtakes_agrees_with_counting_every_pair() -> None:
+    import random
+
+    rnd = random.Random(7)
+    arrived = [rnd.randrange(50) for _ in range(300)]
+    granted = [rnd.randrange(80) for _ in range(300)]
+    slow = [
+        sum(1 for j in range(300) if arrived[j] > arrived[i] and granted[j] < granted[i])
+        for i in range(300)
+    ]
+    assert _stats.overtakes(arrived, granted) == slow
+
+
+def test_overtake_figures() -> None:
+    assert _stats.overtake_figures([1, 2, 3, 4], [13, 10, 11, 12]) == {
+        "worst_overtakes": 3.0,
+        "p99_overtakes": pytest.approx(2.91),
+        "overtaken_share": 0.25,
+    }
+    assert _stats.overtake_figures([], []) == {
+        "worst_overtakes": 0.0,
+        "p99_overtakes": 0.0,
+        "overtaken_share": 0.0,
+    }
