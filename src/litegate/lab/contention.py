@@ -15,6 +15,8 @@ Modes (how the children wait):
   litegate's strategy functions through ``litegate._busy.retry_busy``.
 - ``litegate``: ``litegate.connect()`` in every child (one ``Database`` per
   process, shared by its threads), each thread calls ``db.execute()``.
+- ``litegate-strict``: the same with ``fair="strict"`` (a direct hand-off
+  every grant, the policy before bounded fairness), for comparison.
 
 Parents (one table each):
 
@@ -131,7 +133,9 @@ NAME = "contention"
 HELP = "seed 000: parent holds the write lock, P processes x T threads each want one write"
 
 STRATEGY_MODES = ("constant", "backoff", "jitter", "ceiling", "reversed")
-MODES = ("sqlite-default", *STRATEGY_MODES, "litegate")
+MODES = ("sqlite-default", *STRATEGY_MODES, "litegate", "litegate-strict")
+# litegate's modes and the write gate's policy each opens its databases with
+LITEGATE_MODES: dict[str, bool | str] = {"litegate": True, "litegate-strict": "strict"}
 PARENTS = ("same", "foreign")
 PARENT_TITLES = {
     "same": "parent takes the lock like its children (litegate mode: db.write())",
@@ -353,7 +357,7 @@ def _writer(
 ) -> tuple[Callable[[], int | None], Callable[[], None]]:
     """A ``write()`` for one thread (returns its busy retries when known) and
     its clean-up. Opens the connection now, before the start signal."""
-    if spec.mode == "litegate":
+    if spec.mode in LITEGATE_MODES:
         assert db is not None
         database = db
 
@@ -402,8 +406,13 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
     reported = False
     try:
         wait_until_all_done = StartSignal(spec.done_path).waiter()
-        if spec.mode == "litegate":
-            db = litegate.connect(spec.path, timeout=spec.timeout, busy=spec.litegate_busy)
+        if spec.mode in LITEGATE_MODES:
+            db = litegate.connect(
+                spec.path,
+                timeout=spec.timeout,
+                busy=spec.litegate_busy,
+                fair=LITEGATE_MODES[spec.mode],
+            )
         writers = [_writer(spec, db, f"{pid}:{i}") for i in range(spec.threads)]
         cleanups = [c for _, c in writers]
         signal = StartSignal(spec.go_path)
@@ -516,8 +525,8 @@ def _parent_lock(
 ) -> Iterator[Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]]:
     """Yields a factory of write transactions for the parent."""
     patience = 60.0  # the parent must never be the one that fails
-    if parent == "same" and mode == "litegate":
-        db = litegate.connect(path, timeout=patience)
+    if parent == "same" and mode in LITEGATE_MODES:
+        db = litegate.connect(path, timeout=patience, fair=LITEGATE_MODES[mode])
         try:
             yield db.write
         finally:

@@ -43,7 +43,8 @@ over the threads' counts of finished writes when the first thread was done
 stores when its thread asked, so the rowids give the order figures too: how
 many writes a later one committed before (``_stats.overtakes``; 0 for a
 first-come-first-served lock), and for litegate the share of the gate's
-grants forced by a head's spent budget (``db.stats()["gate"]``).
+grants forced by a head's spent budget (``db.stats()["gate"]``). litegate
+runs a second time with ``fair="strict"`` in the same run, for comparison.
 
 Part 3, the single-insert tail: 100,000 inserts in a row with the
 background checkpointer on; the slowest ones are matched against what
@@ -426,33 +427,55 @@ def _order(path: str, side: str) -> dict[str, float]:
     return {f"{side}_{key}": value for key, value in figures.items()}
 
 
+def _litegate_threads(
+    threads: int, per_thread: int, profile: str, fair: bool | str, side: str
+) -> dict[str, Any]:
+    """litegate's side of :func:`throughput_threads` with the gate's policy
+    ``fair``; figures keyed ``<side>_...``."""
+    done = _Completions(threads)
+    clock = time.monotonic_ns
+    with fresh_dir() as d:
+        path = os.path.join(d, "lg.db")
+        db = litegate.connect(path, profile=profile, timeout=60, fair=fair)
+        db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v INTEGER)")
+
+        def lg(k: int) -> None:
+            for _ in range(per_thread):
+                db.execute(INSERT_ASKED, (clock(),))
+                done.counts[k] += 1
+            done.finished()
+
+        seconds = _threads(threads, lg)
+        stats = db.stats()
+        db.close()
+        assert _count(path) == threads * per_thread
+        order = _order(path, side)
+    gate = stats["gate"]
+    return {
+        f"{side}_seconds": seconds,
+        f"{side}_batch_mean": float(stats["writes"]["group_commit"]["mean"]),
+        # the gate's grants forced by a head's spent budget (each grant is a
+        # group commit's batch, or the checkpointer's turn)
+        f"{side}_handoff_share": int(gate["handoffs"]) / max(1, int(gate["count"])),
+        **done.figures(side),
+        **order,
+    }
+
+
 def throughput_threads(
     threads: int, per_thread: int, profile: str, synchronous: str
 ) -> dict[str, Any]:
     """litegate (``db.execute`` from n threads) against a mutex around one
     transaction per write; writes per second, each on a fresh database, and
     per side the threads' counts of finished writes when the first of them
-    was done, with Jain's index and the RSD over them (``_Completions``)."""
+    was done, with Jain's index and the RSD over them (``_Completions``).
+    litegate runs twice: with the default policy (bounded) and, as a
+    comparison, ``fair="strict"`` (``strict_...``)."""
     total = threads * per_thread
-    lg_done, mx_done = _Completions(threads), _Completions(threads)
+    lg = _litegate_threads(threads, per_thread, profile, True, "litegate")
+    strict = _litegate_threads(threads, per_thread, profile, "strict", "strict")
+    mx_done = _Completions(threads)
     clock = time.monotonic_ns
-    with fresh_dir() as d:
-        path = os.path.join(d, "lg.db")
-        db = litegate.connect(path, profile=profile, timeout=60)
-        db.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v INTEGER)")
-
-        def lg(k: int) -> None:
-            for _ in range(per_thread):
-                db.execute(INSERT_ASKED, (clock(),))
-                lg_done.counts[k] += 1
-            lg_done.finished()
-
-        lg_s = _threads(threads, lg)
-        stats = db.stats()
-        batches, gate = stats["writes"]["group_commit"], stats["gate"]
-        db.close()
-        assert _count(path) == total
-        lg_order = _order(path, "litegate")
     with fresh_dir() as d:
         path = os.path.join(d, "mutex.db")
         conn, write_one = _mutex_writer(path, synchronous)
@@ -467,19 +490,18 @@ def throughput_threads(
         conn.close()
         assert _count(path) == total
         mx_order = _order(path, "baseline")
-    grants = max(1, int(gate["count"]))
+    lg_s, strict_s = lg.pop("litegate_seconds"), strict.pop("strict_seconds")
     return {
         "writes": total,
         "litegate_per_s": total / lg_s,
         "baseline_per_s": total / mx_s,
         "ratio": mx_s / lg_s,
-        "batch_mean": float(batches["mean"]),
-        # the gate's grants forced by a head's spent budget (each grant is a
-        # group commit's batch, or the checkpointer's turn)
-        "litegate_handoff_share": int(gate["handoffs"]) / grants,
-        **lg_done.figures("litegate"),
+        "strict_per_s": total / strict_s,
+        "strict_ratio": mx_s / strict_s,
+        "batch_mean": lg.pop("litegate_batch_mean"),
+        **lg,
+        **strict,
         **mx_done.figures("baseline"),
-        **lg_order,
         **mx_order,
     }
 
@@ -943,6 +965,16 @@ def render(result: dict[str, Any]) -> str:
             "saw commit first (0 / 0 = arrival order); HAND-OFFS: litegate's grants of the "
             "gate forced by a head's spent budget"
         )
+        strict = [
+            f"{scenario} {sc['strict_per_s']['median']:,.0f}/s "
+            f"({sc['strict_ratio']['median']:.2f}x the mutex; worst overtakes "
+            f"{sc['strict_worst_overtakes']['median']:,.0f}, hand-offs "
+            f"{fmt_pct(sc['strict_handoff_share']['median'])})"
+            for scenario in ("durable", "threads")
+            if "strict_per_s" in (sc := summary["throughput"][scenario])
+        ]
+        if strict:  # (a result file from before strict was measured has none)
+            parts.append('litegate fair="strict", the same run: ' + "; ".join(strict))
     if "tail" in result:
         tail = result["tail"]
         parts.append("")

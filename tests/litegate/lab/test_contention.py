@@ -34,6 +34,7 @@ def test_full_matrix_is_the_seeds() -> None:
     assert [c.key for c in contention.FULL_CELLS[:4]] == ["4/2/0", "4/4/0", "8/2/0", "8/4/0"]
     assert contention.MODES == (
         "sqlite-default", "constant", "backoff", "jitter", "ceiling", "reversed", "litegate",
+        "litegate-strict",
     )  # fmt: skip
 
 
@@ -48,7 +49,7 @@ def test_after_latest_release() -> None:
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
     cfg = Config(
-        modes=("sqlite-default", "constant", "litegate"),
+        modes=("sqlite-default", "constant", "litegate", "litegate-strict"),
         cells=(Cell(slow=0, processes=2, threads=2), Cell(slow=2, processes=2, threads=2)),
         parents=("same", "foreign"),
         slow_seconds=0.05,
@@ -59,7 +60,7 @@ def result() -> dict[str, Any]:
 
 def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
     raw = result["raw"]
-    assert len(raw) == 2 * 3 * 2  # parents x modes x cells
+    assert len(raw) == 2 * 4 * 2  # parents x modes x cells
     for cell in raw:
         writers = [w for child in cell["children"] for w in child["writers"]]
         assert len(writers) == 4, cell
@@ -74,7 +75,7 @@ def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
         # order: 4 writers, each overtaken by at most the 3 others
         assert 0 <= cell["figures"]["worst_overtakes"] <= 3
         assert 0.0 <= cell["figures"]["overtaken_share"] <= 1.0
-        if cell["mode"] == "litegate":
+        if cell["mode"] in ("litegate", "litegate-strict"):
             assert 0.0 <= cell["figures"]["handoff_share"] <= 1.0
             # a grant per group commit: each child's 2 writes in 1 or 2 of them
             assert 2 <= sum(c["gate_grants"] for c in cell["children"]) <= 4
@@ -83,8 +84,8 @@ def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
 
 
 def test_litegate_mode_has_no_errors(result: dict[str, Any]) -> None:
-    lg = [c for c in result["raw"] if c["mode"] == "litegate"]
-    assert len(lg) == 4
+    lg = [c for c in result["raw"] if c["mode"] in ("litegate", "litegate-strict")]
+    assert len(lg) == 8
     for cell in lg:
         assert cell["figures"]["errors"] == 0
         assert cell["rows_found"] == 4 + (2 if cell["cell"] == "2/2/2" else 0)
@@ -120,18 +121,18 @@ def test_fast_only_cells(result: dict[str, Any]) -> None:
 
 def test_summary_comparisons_and_targets(result: dict[str, Any]) -> None:
     summary = result["summary"]
-    assert len(summary) == 12
+    assert len(summary) == 16
     for e in summary:
         assert e["runs"] == 1
         for name in contention.FIGURES:
             s = e["figures"][name]
-            if name == "handoff_share" and e["mode"] != "litegate":
+            if name == "handoff_share" and not e["mode"].startswith("litegate"):
                 assert s is None  # no gate, no hand-offs
                 continue
             assert s["n"] == 1
             assert s["cv"] is None  # one run: no noise estimate
     cmps = result["comparisons"]
-    assert {c["baseline_name"] for c in cmps} == {"sqlite-default", "constant"}
+    assert {c["baseline_name"] for c in cmps} == {"sqlite-default", "constant", "litegate-strict"}
     assert all(c["within_noise"] is None for c in cmps)
     names = {(t["parent"], t["target"]) for t in result["targets"]}
     assert len(names) == 6  # 3 targets x 2 parents

@@ -106,6 +106,11 @@ def test_tiny_run_end_to_end() -> None:
                 assert 0 <= t[f"{side}_worst_overtakes"] <= threads * each - 1
                 assert 0.0 <= t[f"{side}_overtaken_share"] <= 1.0
             assert 0.0 <= t["litegate_handoff_share"] <= 1.0
+            # strict, the same run: every write there, in the same figures
+            assert t["strict_per_s"] > 0
+            assert len(t["strict_counts"]) == threads
+            assert 0 <= t["strict_worst_overtakes"] <= threads * each - 1
+            assert 0.0 <= t["strict_handoff_share"] <= 1.0
         assert "litegate_jain" not in thr["asyncio"]  # tasks, not threads: no counts
     s = result["summary"]["latency"]["point_query"]["p50"]
     assert s["sqlite3"]["n"] == 2
@@ -125,6 +130,7 @@ def test_tiny_run_end_to_end() -> None:
     assert "durable" in text
     assert "JAIN lg / base" in text
     assert "WORST OVERTAKES lg / base" in text
+    assert 'litegate fair="strict", the same run: durable ' in text
     jain_summary = result["summary"]["throughput"]["threads"]["litegate_jain"]
     assert jain_summary["n"] == 2
     assert 1 / 8 - 1e-12 <= jain_summary["median"] <= 1.0
