@@ -10,7 +10,7 @@ import os
 import platform
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -70,6 +70,46 @@ def fmt_pct(fraction: float | None) -> str:
         return "-"
     pct = 100.0 * fraction
     return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def combine_grant_logs(checks: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """One cell's grant-log checks (``_grantlog.check``) over its runs: the
+    counts add up, the worst figures (and the bound of the worst overtaken
+    head) are the worst of any run."""
+    return {
+        key: (max if key.startswith(("worst_", "overtakes_")) else sum)(c[key] for c in checks)
+        for key in checks[0]
+    }
+
+
+GRANT_LOG_HEAD = (
+    "grant log (--grant-log: every grant logged, which slows the gate; counts over all runs, "
+    "the worst of any run):"
+)
+
+
+def render_grant_logs(logs: Mapping[str, Mapping[str, int]], head: str = GRANT_LOG_HEAD) -> str:
+    """The bounds checked on each litegate cell's grant log (``--grant-log``),
+    a line per cell; the keys are the cells' labels, as each line starts."""
+    lines = [head]
+    for label, c in logs.items():
+        k = c["overtakes_bound"]
+        bound = "no bound" if k < 0 else f"bound {k} + 1"
+        lines.append(
+            f"  {label}: {c['grants']:,} grants, {c['queued']:,} slept in the line; "
+            f"worst overtakes of a head {c['worst_overtakes']} ({bound}); "
+            + (
+                f"at most {max(0, c['worst_over_budget_ns']) / 1e6:.2f} ms past a head's time "
+                "budget and the turns meanwhile; "
+                if c["timed"]
+                else "no time budget; "
+            )
+            + f"gate free at most {c['worst_free_gap_ns'] / 1e6:.2f} ms while a "
+            f"head waited; violations (must be 0): {c['overlaps']} two holders at once, "
+            f"{c['out_of_order']} out of ticket order, {c['over_overtakes']} overtaken past "
+            "the bound"
+        )
+    return "\n".join(lines)
 
 
 def environment() -> dict[str, Any]:

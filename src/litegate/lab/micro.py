@@ -94,7 +94,7 @@ from . import _profile, _writers
 from ._args import whole_numbers
 from ._procs import reap
 from ._progress import Progress
-from ._report import Column, fmt_pct, seed_table
+from ._report import Column, combine_grant_logs, fmt_pct, render_grant_logs, seed_table
 from ._stats import compare, describe, jain, median, overtake_figures, rsd, summarise
 
 NAME = "micro"
@@ -849,15 +849,7 @@ def summarise_runs(result: dict[str, Any], k: float) -> dict[str, Any]:
             if "grant_log" in runs[0]["processes"][cell]
         }
         if logs:  # over the runs: counts add up, the worst figures are the worst of any run
-            out["grant_log"] = {
-                cell: {
-                    key: (max if key.startswith(("worst_", "overtakes_")) else sum)(
-                        c[key] for c in checks
-                    )
-                    for key in checks[0]
-                }
-                for cell, checks in logs.items()
-            }
+            out["grant_log"] = {cell: combine_grant_logs(checks) for cell, checks in logs.items()}
     return out
 
 
@@ -1113,30 +1105,11 @@ def _render_processes(
 
 
 def _render_grant_logs(logs: dict[str, dict[str, int]]) -> str:
-    """The bounds checked on each litegate side's grant log (``--grant-log``)."""
-    lines = [
-        "grant log (--grant-log: every grant logged, which slows the gate; counts over all runs, "
-        "the worst of any run):"
-    ]
-    for cell, c in logs.items():
-        procs, side = cell.split("/", 1)
-        k = c["overtakes_bound"]
-        bound = "no bound" if k < 0 else f"bound {k} + 1"
-        lines.append(
-            f"  P={procs} {side}: {c['grants']:,} grants, {c['queued']:,} slept in the line; "
-            f"worst overtakes of a head {c['worst_overtakes']} ({bound}); "
-            + (
-                f"at most {max(0, c['worst_over_budget_ns']) / 1e6:.2f} ms past a head's time "
-                "budget and the turns meanwhile; "
-                if c["timed"]
-                else "no time budget; "
-            )
-            + f"gate free at most {c['worst_free_gap_ns'] / 1e6:.2f} ms while a "
-            f"head waited; violations (must be 0): {c['overlaps']} two holders at once, "
-            f"{c['out_of_order']} out of ticket order, {c['over_overtakes']} overtaken past "
-            "the bound"
-        )
-    return "\n".join(lines)
+    """The bounds checked on each litegate side's grant log (``--grant-log``),
+    a line per ``P/side`` cell."""
+    return render_grant_logs(
+        {f"P={cell.split('/', 1)[0]} {cell.split('/', 1)[1]}": c for cell, c in logs.items()}
+    )
 
 
 def charts(result: dict[str, Any], out: Path) -> list[Path]:

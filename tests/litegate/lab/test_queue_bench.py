@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from litegate import _grantlog
 from litegate.__main__ import main
 from litegate.lab import _stats
 from litegate.lab import queue as bench
@@ -163,6 +164,120 @@ def test_litegate_sees_no_errors(result: dict[str, Any]) -> None:
         "e2e one-job (balanced)",
     ]
     assert any(n.startswith("long (balanced)") for n in names)
+
+
+def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> None:
+    for r in result["raw"]:
+        if r["na"]:
+            continue
+        f = r["figures"]
+        assert "grant_log" not in r  # off unless asked for
+        if r["side"] != "litegate":  # no write gate, no gate figures
+            assert not {"gate_grants", "handoff_share", "barge_share"} & set(f), r
+            continue
+        # every cell writes, and each write of a strict gate is a grant across processes
+        assert f["gate_grants"] > 0, r
+        assert 0.0 <= f["handoff_share"] <= 1.0, r  # a hand-off is a release of a grant
+        assert f["barge_share"] >= 0.0, r
+    for e in result["summary"]:
+        if e["side"] == "litegate" and not e["na"]:
+            assert e["figures"]["handoff_share"]["n"] == 1
+    text = bench.render(result)
+    heads = [line for line in text.splitlines() if line.startswith("| ") and "Throughput" in line]
+    heads += [line for line in text.splitlines() if line.startswith("| Row ")]
+    # in the tables of mixed, stress, long and e2e (not single's and concurrent's)
+    assert sum("| Forced hand-offs " in line for line in heads) == 4
+    assert "grant log (--grant-log" not in text
+
+
+def test_grant_log_checks_the_bounds_of_each_litegate_cell() -> None:
+    cfg = Config(
+        scenarios=("stress", "e2e"),
+        sides=("bare", "litegate"),
+        profiles=("balanced",),
+        stress_workers=(2,),
+        stress_seconds=0.3,
+        e2e_jobs=200,
+        e2e_producers=2,
+        e2e_workers=2,
+        e2e_threads=2,
+        batch=20,
+        cell_timeout=30.0,
+        grant_log=True,
+    )
+    caller = _grantlog.active()
+    result = bench.run(cfg)
+    assert _grantlog.active() is caller  # the caller's own log (if any) is left as it was
+    lg = [r for r in result["raw"] if r["side"] == "litegate"]
+    assert {(r["scenario"], r["variant"]) for r in lg} == {
+        ("stress", "2 workers"),
+        ("e2e", "batched"),
+        ("e2e", "one-job"),
+    }
+    for r in result["raw"]:
+        if r["side"] != "litegate":
+            assert "grant_log" not in r  # no gate, no log
+            continue
+        checked = r["grant_log"]
+        assert r["setup_errors"] == [], r
+        assert checked["overlaps"] == checked["out_of_order"] == checked["over_overtakes"] == 0
+        # every grant across processes goes through a logged grant of the
+        # process's gate (a process's own threads may pass it on unlogged by
+        # the counters)
+        assert checked["grants"] >= r["figures"]["gate_grants"] > 0
+        assert checked["overtakes_bound"] in (-1, 0)  # strict's budget, if any head slept
+        entry = _run.find(result["summary"], r["scenario"], r["profile"], r["variant"], "litegate")
+        assert entry is not None
+        assert entry["grant_log"] == checked  # one run: the sums and maxima are its own
+    text = bench.render(result)
+    assert text.count("grant log (--grant-log") == 2  # after the stress and the e2e tables
+    assert "Balanced 2 workers litegate: " in text
+    assert "Balanced one-job litegate: " in text
+    assert "0 two holders at once, 0 out of ticket order, 0 overtaken past the bound" in text
+
+
+def test_grant_logs_of_several_runs_add_up() -> None:
+    def check(grants: int, worst: int, bound: int) -> dict[str, int]:
+        return {"grants": grants, "overlaps": 0, "worst_overtakes": worst, "overtakes_bound": bound}
+
+    raw: list[dict[str, Any]] = [
+        {
+            "run": n,
+            "scenario": "stress",
+            "profile": "balanced",
+            "side": "litegate",
+            "variant": "2 workers",
+            "na": None,
+            "figures": {"gate_grants": float(grants)},
+            "errors_seen": {},
+            "setup_errors": [],
+            "grant_log": check(grants, worst, bound),
+        }
+        for n, (grants, worst, bound) in enumerate([(10, 1, 0), (30, 0, -1)], 1)
+    ]
+    (entry,) = _run.summarise(raw)
+    assert entry["grant_log"] == check(40, 1, 0)
+    assert entry["figures"]["gate_grants"]["median"] == 20.0
+
+
+def test_gate_figures() -> None:
+    before = {"grants": 5, "handoffs": 1, "barges": 0}
+    after = {"grants": 25, "handoffs": 6, "barges": 2}
+    # the parent's own grants (creating the schema) are left out
+    assert _run.gate_figures(before, after) == {
+        "gate_grants": 20.0,
+        "handoff_share": 0.25,
+        "barge_share": 0.1,
+    }
+    assert _run.gate_figures(None, after)["gate_grants"] == 25.0
+    assert _run.gate_figures(before, None) == {}  # no sidecar: no figures
+    assert _run.gate_figures(before, before)["handoff_share"] == 0.0
+
+
+def test_gate_counters_without_a_sidecar(tmp_path: Path) -> None:
+    assert _run.gate_counters(str(tmp_path / "nothing.db")) is None
+    (tmp_path / "other.db-litegate").write_bytes(b"not a lock file" * 20)
+    assert _run.gate_counters(str(tmp_path / "other.db")) is None
 
 
 def test_render_uses_the_seeds_tables(result: dict[str, Any]) -> None:
@@ -376,6 +491,18 @@ def test_config_from_args() -> None:
     assert cfg.sides == ("seed", "litegate")
     cfg = _parsed(["--seconds", "7", "--long-seconds", "30", "--profiles", "aggressive"])
     assert (cfg.mixed_seconds, cfg.long_seconds, cfg.profiles) == (7.0, 30.0, ("aggressive",))
+    assert cfg.grant_log is False
+    assert _parsed(["--grant-log"]).grant_log is True
+    assert _parsed(["--grant-log", "--quick"]).grant_log is True
+
+
+def test_grant_log_is_for_sqlite_and_the_seeds_scenarios() -> None:
+    with pytest.raises(ValueError, match="--grant-log logs the grants of litegate's write gate"):
+        parse_any(["--grant-log", "--backend", "postgres"])
+    with pytest.raises(ValueError, match="--grant-log is for the seed's scenarios"):
+        bench.config_from_args(_args(scale=True, grant_log=True))
+    with pytest.raises(ValueError, match="postgres has no such gate"):
+        Config(backend="postgres", grant_log=True)
 
 
 def test_missing_peer_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

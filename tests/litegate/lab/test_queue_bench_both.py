@@ -121,6 +121,13 @@ def test_sqlite_only_options_go_to_its_part() -> None:
 
 
 @needs_psycopg
+def test_grant_log_goes_to_the_sqlite_part() -> None:
+    # (PostgreSQL has no write gate whose grants could be logged)
+    sqlite, pg = _both(["--pg-url", URL, "--grant-log"])
+    assert (sqlite.grant_log, pg.grant_log) == (True, False)
+
+
+@needs_psycopg
 def test_quick_with_both() -> None:
     sqlite, pg = _both(["--pg-url", URL, "--quick", "--scenarios", "e2e"])
     assert sqlite == dataclasses.replace(_config.quick(Config()), scenarios=("e2e",))

@@ -35,7 +35,11 @@ Scenarios:
 Every cell runs on a fresh database in a temporary directory, its worker
 processes (``spawn``) start together on a barrier, and every run is bounded
 in time. Each side applies the profile's PRAGMAs itself. Every job put is
-accounted for: processed exactly once, or still in the queue.
+accounted for: processed exactly once, or still in the queue. litegate's
+cells also get its write gate's figures, from the sidecar's counters: grants
+across processes and the share of them forced by a hand-off to the head of
+the line; ``--grant-log`` logs every grant of them and checks the fairness
+bounds on the log (``litegate._grantlog``).
 
 ``--backend postgres`` runs the same scenarios and end-to-end rows on a
 PostgreSQL server (a throwaway one started for the run, fsync on, or

@@ -58,6 +58,7 @@ class Config:
     cell_timeout: float = 60.0  # every cell with a fixed amount of work stops after this
     start_method: str = "spawn"
     noise_k: float = _stats.NOISE_K
+    grant_log: bool = False  # litegate on SQLite: log every grant, check the bounds on it
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -82,6 +83,11 @@ class Config:
             bad = [p for p in getattr(self, name) if p not in profiles]
             if bad:
                 raise ValueError(f"{name} {bad} are not {self.backend}'s ({', '.join(profiles)})")
+        if self.grant_log and self.backend != "sqlite":
+            raise ValueError(
+                "--grant-log logs the grants of litegate's write gate on SQLite; "
+                f"{self.backend} has no such gate: add sqlite to --backend, or drop --grant-log"
+            )
         if self.pg_url is not None and (self.backend != "postgres" or not is_url(self.pg_url)):
             raise ValueError("--pg-url takes a postgresql:// URL, with --backend postgres")
 
@@ -123,6 +129,7 @@ def quick(cfg: Config) -> Config:
         e2e_jobs=8_000,
         cell_timeout=30.0,
         noise_k=cfg.noise_k,
+        grant_log=cfg.grant_log,
     )
 
 
@@ -357,6 +364,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a cell with a fixed amount of work stops after this long (default 60, "
         f"{PG_CELL_TIMEOUT:g} on postgres; quick 30)",
     )
+    g.add_argument(
+        "--grant-log",
+        action="store_true",
+        help="litegate on SQLite: its worker processes log every grant of the write gate, and "
+        "each cell's log is checked against the bounds (two holders at once, ticket order, "
+        "overtakes against the budget, the gate free while a head waited); logging slows "
+        "the gate, so those throughputs are not comparable with a run without it (with "
+        "--backend sqlite,postgres: the SQLite part only)",
+    )
 
 
 def _backends_of(args: argparse.Namespace) -> tuple[str, ...]:
@@ -445,6 +461,8 @@ def _part(
             changes[name] = value
     if sides is not None:
         changes["sides"] = sides
+    if backend == "sqlite":  # (PostgreSQL has no write gate to log)
+        changes["grant_log"] = bool(getattr(args, "grant_log", False))
     if cfg.backend == "postgres" and getattr(args, "cell_timeout", None) is None and not args.quick:
         # procrastinate's worker runs a few hundred jobs/s here: 40,000 jobs
         # take minutes, not the 60 s that bound every SQLite cell.
@@ -464,6 +482,8 @@ def scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleCo
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} is for the seed's scenarios, not with --scale")
+    if getattr(args, "grant_log", False):
+        raise ValueError("--grant-log is for the seed's scenarios, not with --scale")
     if getattr(args, "runs", 1) != 1:
         raise ValueError("--scale runs once (a backlog of millions is built once); drop --runs")
     pg = _backend_args(args, backends)
@@ -488,6 +508,11 @@ def config_from_args(args: argparse.Namespace) -> Config | Combined | ScaleConfi
     for name in ("scale_max", "scale_min", "scale_budget"):
         if getattr(args, name, None) is not None:
             raise ValueError(f"--{name.replace('_', '-')} goes with --scale")
+    if getattr(args, "grant_log", False) and "sqlite" not in backends:
+        raise ValueError(
+            "--grant-log logs the grants of litegate's write gate on SQLite; PostgreSQL has "
+            "no such gate: add sqlite to --backend, or drop --grant-log"
+        )
     pg = _backend_args(args, backends)
     sides = _sides_for(backends, getattr(args, "sides", None)) if len(backends) > 1 else {}
     # (one backend: --sides go to Config as given, which names any side it lacks)

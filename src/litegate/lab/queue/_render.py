@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._report import fmt_pct
+from .._report import fmt_pct, render_grant_logs
 from ._config import Config
-from ._run import at_a_glance, find, median_of, size_keys
+from ._run import at_a_glance, find, has_gate, median_of, size_keys
 from ._sides import side_title
 
 PROFILE_TITLES = {
@@ -144,6 +144,40 @@ def _busy(e: dict[str, Any]) -> str:
     return _num(median_of(e, "busy"))
 
 
+HANDOFFS = "Forced hand-offs"
+HANDOFFS_TEXT = (
+    "Forced hand-offs (litegate only: the other queues have no write gate): the share of "
+    "the gate's grants across processes that a release handed to a waiting process "
+    "because the head of the line was due (under the queue's strict policy, every "
+    "release with a process waiting)."
+)
+
+
+def _gated(cfg: Config) -> bool:
+    """Whether the tables get the write gate's columns: on SQLite, with litegate."""
+    return any(has_gate(cfg.backend, s) for s in cfg.sides)
+
+
+def _handoffs(e: dict[str, Any]) -> str:
+    """The gate's forced hand-off share (median across runs); ``-`` for a
+    side without litegate's gate."""
+    return fmt_pct(median_of(e, "handoff_share"))
+
+
+def grant_log_lines(result: dict[str, Any], scenario: str, variant: str | None = None) -> list[str]:
+    """A line per litegate cell of the scenario (``variant``: of that one
+    only) whose grant log was checked (``--grant-log``), after its table;
+    nothing without one."""
+    logs = {
+        f"{PROFILE_TITLES.get(e['profile'], e['profile'])} {e['variant']} {e['side']}": e[
+            "grant_log"
+        ]
+        for e in result["summary"]
+        if e["scenario"] == scenario and variant in (None, e["variant"]) and e.get("grant_log")
+    }
+    return ["", render_grant_logs(logs)] if logs else []
+
+
 def _first_col(cfg: Config, profile: str, side: str, first: bool) -> list[str]:
     title = PROFILE_TITLES.get(profile, profile) if first else ""
     return [f"**{title}**" if title and profile == "balanced" else title, side]
@@ -256,6 +290,7 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
         _w(cfg, "final"),
         "Jain W / C",
         "RSD W / C",
+        *([HANDOFFS] if _gated(cfg) else []),
         "Notes",
     ]
     if cfg.runs > 1:
@@ -281,6 +316,7 @@ def mixed_table(result: dict[str, Any], cfg: Config, scenario: str) -> str:
                 _size(cfg, e, final=True),
                 f"{_jain(e, 'writer_')} / {_jain(e, 'claimer_')}",
                 f"{_rsd(e, 'writer_')} / {_rsd(e, 'claimer_')}",
+                *([_handoffs(e)] if _gated(cfg) else []),
                 NOTES.get(e["side"], "") + (f"; {flags}" if flags else ""),
             ]
             if cfg.runs > 1:
@@ -300,6 +336,7 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
         "P99 (ms)",
         "Jain",
         "RSD",
+        *([HANDOFFS] if _gated(cfg) else []),
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -327,6 +364,7 @@ def stress_table(result: dict[str, Any], cfg: Config) -> str:
                     _ms(median_of(e, "p99")),
                     _jain(e),
                     _rsd(e),
+                    *([_handoffs(e)] if _gated(cfg) else []),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -386,6 +424,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
         "Worker share min/max",
         "Jain",
         "RSD",
+        *([HANDOFFS] if _gated(cfg) else []),
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -423,6 +462,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
                     f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
                     _jain(e),
                     _rsd(e),
+                    *([_handoffs(e)] if _gated(cfg) else []),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -537,6 +577,7 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "one process)",
             "",
             single_table(result, cfg),
+            *grant_log_lines(result, "single"),
         ]
     if "concurrent" in sc:
         for n in cfg.concurrent_workers:
@@ -550,6 +591,7 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
                 "Error Rate = inserts that failed",
                 "",
                 concurrent_table(result, cfg, n),
+                *grant_log_lines(result, "concurrent", f"{n} workers"),
             ]
     if "mixed" in sc:
         parts += [
@@ -561,9 +603,10 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "every 1 ms when the queue is empty. Claim latency: one claim call that "
             "returned a job. Jain W / C: Jain's index over the writer processes' puts / "
             "the claimer processes' jobs (1.000 = equal shares); RSD: their standard "
-            "deviation over their mean.",
+            "deviation over their mean." + (f" {HANDOFFS_TEXT}" if _gated(cfg) else ""),
             "",
             mixed_table(result, cfg, "mixed"),
+            *grant_log_lines(result, "mixed"),
         ]
     if "stress" in sc:
         parts += [
@@ -572,9 +615,11 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             f"{cfg.stress_seconds:g} s per step)",
             "",
             "Jain: Jain's index over the cycles each worker process completed (1.000 = "
-            "equal shares); RSD: their standard deviation over their mean.",
+            "equal shares); RSD: their standard deviation over their mean."
+            + (f" {HANDOFFS_TEXT}" if _gated(cfg) else ""),
             "",
             stress_table(result, cfg),
+            *grant_log_lines(result, "stress"),
             "",
             "Breaking points:",
             *breaking_points(result, cfg),
@@ -586,6 +631,7 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             f"{_w(cfg, 'size_text')} every {cfg.long_sample_s:g} s)",
             "",
             mixed_table(result, cfg, "long"),
+            *grant_log_lines(result, "long"),
         ]
     if "e2e" in sc:
         parts += [
@@ -598,9 +644,11 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "producer's start to the last worker's end. Worker share: jobs per worker process; "
             "Jain: Jain's index over those shares (1.000 = equal, 1/n = one process did "
             "everything); RSD: their standard deviation over their mean."
-            + (PG_E2E_TEXT if pg else ""),
+            + (PG_E2E_TEXT if pg else "")
+            + (f" {HANDOFFS_TEXT}" if _gated(cfg) else ""),
             "",
             e2e_table(result, cfg),
+            *grant_log_lines(result, "e2e"),
         ]
     parts += _problems(result)
     parts += ["", *target_lines(result)]

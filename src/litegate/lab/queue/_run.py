@@ -22,10 +22,12 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 from urllib.parse import urlsplit
 
+from litegate import _grantlog
+
 from .. import _stats
 from .._procs import reap
 from .._progress import Progress
-from .._report import fmt_pct
+from .._report import combine_grant_logs, fmt_pct
 from ._backends import create, remaining
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
@@ -207,6 +209,46 @@ class WalSampler(Sampler):
             return 0
 
 
+GATE_COUNTERS = ("grants", "handoffs", "barges")
+
+
+def has_gate(backend: str, side: str) -> bool:
+    """Whether the side's processes share litegate's write gate (and its
+    sidecar's counters): litegate on SQLite only."""
+    return backend == "sqlite" and side == "litegate"
+
+
+def gate_counters(path: str) -> dict[str, int] | None:
+    """The write gate's shared counters of the database at ``path`` (see
+    ``_filelock.read_counters``); None without its sidecar."""
+    from litegate._filelock import read_counters
+
+    try:
+        got = read_counters(path + "-litegate")
+    except OSError:  # no sidecar (yet): nothing to count
+        return None
+    return None if got is None else {k: int(got[k]) for k in GATE_COUNTERS}
+
+
+def gate_figures(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, float]:
+    """The gate's figures over a cell, from its counters before the worker
+    processes started (the parent's own grants, creating the schema) and
+    after they ended: ``gate_grants`` (grants across processes),
+    ``handoff_share`` (releases that handed the gate to a head whose budget
+    was spent, per grant: under strict, every release with a sleeper) and
+    ``barge_share`` (grants taken past a waiting head, a holder's passes to
+    its own threads included, per grant). None of them without counters."""
+    if after is None:
+        return {}
+    start = before or dict.fromkeys(GATE_COUNTERS, 0)
+    grants, handoffs, barges = (after[k] - start[k] for k in GATE_COUNTERS)
+    return {
+        "gate_grants": float(grants),
+        "handoff_share": handoffs / grants if grants else 0.0,
+        "barge_share": barges / grants if grants else 0.0,
+    }
+
+
 def _pcts(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p95": None, "p99": None, "max": None}
@@ -249,8 +291,14 @@ def run_cell(
         interval = max(interval, 0.1)  # a query each time, not a stat(): less often
     peak_key, final_key, series_key = size_keys(cfg.backend)
     outs: list[dict[str, Any]] = []
+    gate = has_gate(cfg.backend, cell.side)
+    logged = gate and cfg.grant_log
+    counted: dict[str, float] = {}
+    checked: dict[str, int] | None = None
     with _storage(cfg, pg) as path:
         create(cell.side, path, cell.profile, backend=cfg.backend)
+        before = gate_counters(path) if gate else None
+        folder = os.path.join(os.path.dirname(path), "grants")
         ready = ctx.Barrier(len(cell.roles) + 1)
         results: Queue[Any] = ctx.Queue()
         producers_done = ctx.Event()
@@ -270,8 +318,15 @@ def run_cell(
             )
             for role in cell.roles
         ]
-        for p in procs:
-            p.start()
+        caller_log = _grantlog.active()  # (a log of the caller's own, switched back on after)
+        if logged:
+            _grantlog.enable(folder)  # (the children inherit it through the environment)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            if logged:
+                _grantlog.enable(caller_log.folder if caller_log is not None else None)
         sampler: Sampler = (
             DbSizeSampler(path, interval)
             if cfg.backend == "postgres"
@@ -307,6 +362,10 @@ def run_cell(
             sampler.close()
         all_done.set()
         reap(procs, results, timeout=15)
+        if gate:  # (before counting what is left, which opens the queue again)
+            counted = gate_figures(before, gate_counters(path))
+        if logged:
+            checked = _grantlog.check(_grantlog.read(folder))
         try:
             left = remaining(cell.side, path, cell.profile, backend=cfg.backend)
         except Exception as exc:
@@ -324,6 +383,9 @@ def run_cell(
     rec["figures"] = figures(cell, good)
     rec["figures"][peak_key] = float(sampler.peak)
     rec["figures"][final_key] = float(size_final)
+    rec["figures"].update(counted)
+    if checked is not None:
+        rec["grant_log"] = checked
     rec["accounting"] = accounting(good, left, expected_procs=len(procs))
     if cell.scenario == "long":
         rec[series_key] = [[round(t, 3), b] for t, b in sampler.samples]
@@ -463,6 +525,7 @@ def summarise(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in mine:
             for m, n in r["errors_seen"].items():
                 errors_seen[m] = errors_seen.get(m, 0) + n
+        logs = [r["grant_log"] for r in mine if "grant_log" in r]
         out.append(
             {
                 "scenario": key[0],
@@ -483,6 +546,8 @@ def summarise(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "errors_seen": errors_seen,
             }
         )
+        if logs:  # over the runs: counts add up, the worst figures are the worst of any run
+            out[-1]["grant_log"] = combine_grant_logs(logs)
     return out
 
 
