@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from . import _grantlog
 from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError, OpenError
-from ._fair import BOUNDED, QUEUED, Budget, FairLock, QueueClosed
+from ._fair import BOUNDED, QUEUED, STRICT, Budget, FairLock, QueueClosed
 from ._filelock import ProcessLock
 from ._guard import close_connection
 
@@ -278,8 +278,12 @@ class FileGate:
     @contextmanager
     def _turn(self, timeout: float) -> Iterator[bool]:
         """Hold the gate without a transaction (for the checkpointer's
-        RESTART, which needs SQLite's write lock on another connection)."""
-        if not self.acquire(timeout):
+        RESTART, which needs SQLite's write lock on another connection).
+        The turn waits in line (a strict budget): it never takes the gate
+        past sleepers, so it keeps a fair="strict" file's order and counts
+        against no head's budget, and once at the head the next release
+        hands the gate to it (a due restart keeps the WAL bounded)."""
+        if not self.acquire(timeout, STRICT):
             yield False
             return
         try:

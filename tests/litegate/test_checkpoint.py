@@ -94,3 +94,32 @@ def test_wal_stays_bounded_under_continuous_reads(tmp_path: Path) -> None:
     # grows with the work: before the checkpointer waited for readers to drain,
     # this same run reached 41 MB.
     assert bounded < 8_000_000, (bounded, unbounded)
+
+
+def test_the_checkpointers_turn_takes_the_gate_in_line(tmp_path: Path) -> None:
+    """The background checkpointer's gated turn never takes the gate past
+    sleepers, whatever the databases' policy: on a fair="strict" file every
+    grant, its turns included, is a strict one (a turn with the default
+    bounded budget used to barge there). Checked on the grant log, which
+    records each grant's budget."""
+    from litegate import _grantlog
+
+    folder = str(tmp_path / "grants")
+    before = _grantlog.active()
+    _grantlog.enable(folder)
+    try:
+        db = litegate.connect(
+            str(tmp_path / "strict.db"), fair="strict", pragmas={"wal_autocheckpoint": 10}
+        )
+        db.execute("CREATE TABLE t(v)")
+        i = 0
+        while db.stats()["checkpoints"]["restart"]["count"] < 2:  # two gated turns
+            db.execute("INSERT INTO t VALUES (?)", (i,))
+            i += 1
+            assert i < 200_000, "no gated checkpoint turn came"
+        db.close()
+    finally:
+        _grantlog.enable(before.folder if before is not None else None)
+    grants = _grantlog.read(folder)
+    assert len(grants) > i  # every write, and the turns
+    assert {(g.overtakes, g.budget_us) for g in grants} == {(0, 0)}
