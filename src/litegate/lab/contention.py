@@ -70,7 +70,8 @@ AFTER_RELEASE, and the order in two more columns (issue 18):
   the lock served the herd in: 0 in arrival order, up to every writer
   after it for a lock that serves whoever retries at the right moment;
 - HAND-OFFS (litegate): the share of the gate's grants forced by a head's
-  spent budget, over every child (``db.stats()["gate"]``).
+  spent budget, over every child and a litegate parent (``db.stats()["gate"]``;
+  a hand-off counts in the process that releases).
 
 The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
@@ -521,15 +522,19 @@ def calibrate_cte(seconds: float) -> int:
 
 @contextlib.contextmanager
 def _parent_lock(
-    mode: str, parent: str, path: str
+    mode: str, parent: str, path: str, gate: dict[str, int] | None = None
 ) -> Iterator[Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]]:
-    """Yields a factory of write transactions for the parent."""
+    """Yields a factory of write transactions for the parent. A parent
+    through litegate puts its gate's grants and hand-offs into ``gate``."""
     patience = 60.0  # the parent must never be the one that fails
     if parent == "same" and mode in LITEGATE_MODES:
         db = litegate.connect(path, timeout=patience, fair=LITEGATE_MODES[mode])
         try:
             yield db.write
         finally:
+            if gate is not None:
+                stats = db.stats()["gate"]
+                gate.update(grants=int(stats["count"]), handoffs=int(stats["handoffs"]))
             db.close()
         return
     strategy_name = mode if parent == "same" and mode in STRATEGY_MODES else None
@@ -642,8 +647,9 @@ def run_cell(
         t_start = t_release = time.monotonic()
         releases: list[float] = []
         outs: list[dict[str, Any]] = []
+        parent_gate: dict[str, int] = {}
         try:
-            with _parent_lock(mode, parent, path) as write_tx:
+            with _parent_lock(mode, parent, path, parent_gate) as write_tx:
                 try:
                     ready.wait(timeout=120)
                 except threading.BrokenBarrierError:
@@ -716,8 +722,11 @@ def run_cell(
     order = _stats.overtake_figures(
         [r["start_ms"] for r in placed], [committed[f"{r['pid']}:{r['thread']}"] for r in placed]
     )
-    grants = sum(int(c.get("gate_grants", 0)) for c in res.children)
-    handoffs = sum(int(c.get("gate_handoffs", 0)) for c in res.children)
+    # (a hand-off is counted by the process that releases: the parent's too)
+    grants = parent_gate.get("grants", 0) + sum(int(c.get("gate_grants", 0)) for c in res.children)
+    handoffs = parent_gate.get("handoffs", 0) + sum(
+        int(c.get("gate_handoffs", 0)) for c in res.children
+    )
     durations = [r["end_ms"] - r["start_ms"] for r in records]
     last_end = max((r["end_ms"] for r in records), default=None)
     slowest = max(durations, default=None)

@@ -79,6 +79,10 @@ def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
             assert 0.0 <= cell["figures"]["handoff_share"] <= 1.0
             # a grant per group commit: each child's 2 writes in 1 or 2 of them
             assert 2 <= sum(c["gate_grants"] for c in cell["children"]) <= 4
+            if (cell["mode"], cell["parent"], cell["cell"]) == ("litegate-strict", "same", "2/2/2"):
+                # the children queued during the parent's 50 ms query, and a
+                # strict release hands the gate to the head (counted in the parent)
+                assert cell["figures"]["handoff_share"] > 0
         else:
             assert cell["figures"]["handoff_share"] is None
 
