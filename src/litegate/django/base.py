@@ -28,7 +28,9 @@ from django.db.utils import OperationalError
 
 from .. import _profiles
 from .._database import _check_path as check_path
+from .._database import budget_of
 from .._errors import ConfigError, Error, OpenError, WriteTimeout
+from .._fair import BOUNDED
 from .._gate import FileGate, drop_after_fork
 from .._statements import VACUUM, WRITE
 from .._statements import kind as statement_kind
@@ -54,7 +56,7 @@ class DatabaseOpenError(OperationalError, OpenError):
 # itself (from 5.1 on), then the keyword arguments it hands to
 # sqlite3.connect(). Anything else would reach sqlite3.connect() and fail
 # there with a TypeError about an unexpected keyword argument.
-_LITEGATE_OPTIONS = ("profile", "pragmas")
+_LITEGATE_OPTIONS = ("profile", "pragmas", "fair")
 _DJANGO_OPTIONS = (
     ("transaction_mode", "init_command")
     if hasattr(sqlite_base.DatabaseWrapper, "transaction_modes")
@@ -98,7 +100,7 @@ def _check_options(alias: str, options: object) -> dict[str, Any]:
         ]
         raise SettingsError(
             f"{where} has unknown key(s) {', '.join(hints)}; litegate.django takes "
-            f"{', '.join(ALLOWED_OPTIONS)} (profile and pragmas are litegate's, the rest "
+            f"{', '.join(ALLOWED_OPTIONS)} (profile, pragmas and fair are litegate's, the rest "
             "Django's and sqlite3.connect()'s)"
         )
     return dict(options)
@@ -216,6 +218,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         self.litegate_read_only = False  # inside read_only(): no gate, writes refused
         self.litegate_timeout = 5.0
         self.litegate_pragmas: dict[str, _profiles.PragmaValue] = {}
+        self.litegate_budget = BOUNDED  # the write gate's policy, OPTIONS["fair"]
         self._litegate_every = 1000
 
     # -- settings ---------------------------------------------------------------
@@ -223,6 +226,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         options = _check_options(self.alias, self.settings_dict["OPTIONS"])
         profile = options.pop("profile", "default")
         overrides = options.pop("pragmas", None)
+        fair = options.pop("fair", True)
         timeout = options.get("timeout")  # also sqlite3's busy timeout for outside writers
         saved = self.settings_dict["OPTIONS"]
         self.settings_dict["OPTIONS"] = options
@@ -234,6 +238,12 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             pragmas = _profiles.resolve(profile, overrides)
         except ConfigError as exc:
             raise SettingsError(f"settings.DATABASES[{self.alias!r}]['OPTIONS']: {exc}") from None
+        try:
+            self.litegate_budget = budget_of(fair)
+        except ConfigError as exc:
+            raise SettingsError(
+                f"settings.DATABASES[{self.alias!r}]['OPTIONS']['fair']: {exc}"
+            ) from None
         if timeout is None:
             timeout = int(pragmas.get("busy_timeout", 5000)) / 1000.0
         if (
@@ -297,7 +307,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
     def litegate_take_gate(self) -> None:
         gate = self.litegate_gate
         assert gate is not None
-        if not gate.acquire(self.litegate_timeout):
+        if not gate.acquire(self.litegate_timeout, self.litegate_budget):
             raise GateTimeout(
                 f"database {self.alias!r}: no write gate within {self.litegate_timeout:g} s "
                 f"({gate.waiting} more writers of this process queued, others may be in other "

@@ -457,3 +457,40 @@ def test_a_missing_directory_is_litegates_open_error_and_djangos(tmp_path: Any) 
     with pytest.raises(DatabaseOpenError, match="-litegate' is a directory"):
         conn.ensure_connection()
     assert conn.connection is None  # nothing left open
+
+
+def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
+    """OPTIONS["fair"] takes what connect(fair=...) takes; the grant log
+    records each grant's budget: strict (0, 0), bounded (16, 2 ms)."""
+    from litegate import _grantlog
+    from litegate.django import SettingsError
+
+    before = _grantlog.active()
+    for fair, budget in (
+        ("strict", (0, 0)),
+        (True, (16, 2000)),
+        (litegate.Bounded(4, 0.5), (4, 500000)),
+    ):
+        folder = str(tmp_path / f"grants-{fair}")
+        path = str(tmp_path / f"{fair}.db")
+        _grantlog.enable(folder)
+        try:
+            conn = wrapper_for(path, {"fair": fair})
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("CREATE TABLE t (x)")
+                    cur.execute("INSERT INTO t VALUES (1)")
+            finally:
+                conn.close()
+        finally:
+            _grantlog.enable(before.folder if before is not None else None)
+        grants = _grantlog.read(folder)
+        assert len(grants) == 2, fair  # one per autocommit write
+        assert {(g.overtakes, g.budget_us) for g in grants} == {budget}, fair
+    path = str(tmp_path / "bad.db")
+    with pytest.raises(SettingsError) as info:
+        wrapper_for(path, {"fair": "fifo"}).ensure_connection()
+    message = str(info.value)
+    assert message.startswith("settings.DATABASES['misuse']['OPTIONS']['fair']: fair must be True")
+    assert "'strict', False or litegate.Bounded(overtakes, seconds), got 'fifo'" in message
+    assert not os.path.exists(path)  # refused before anything was opened

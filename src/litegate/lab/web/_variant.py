@@ -1,8 +1,10 @@
 """Engine variants: ``litegate+NAME=VALUE[+NAME=VALUE…]`` is the ``litegate``
 configuration with PRAGMAs that override its profile's, so that a candidate
 for the default profile is measured in the same run as the default
-(``--engines tuned,litegate,litegate+mmap_size=134217728``). Each server
-process reads the variant back from its engine name; nothing else changes.
+(``--engines tuned,litegate,litegate+mmap_size=134217728``). ``fair`` is
+not a PRAGMA but the write gate's policy (``litegate+fair=strict``, Django
+only). Each server process reads the variant back from its engine name;
+nothing else changes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,25 @@ def split(engine: str) -> tuple[str, dict[str, str]]:
             )
         pragmas[m.group(1)] = m.group(2)
     return base, pragmas
+
+
+# The one variant item that is litegate's setting, not a PRAGMA: the write
+# gate's policy (litegate.django's OPTIONS["fair"]), e.g. litegate+fair=strict.
+FAIR: dict[str, bool | str] = {"bounded": True, "strict": "strict", "unfair": False}
+
+
+def settings(engine: str) -> tuple[str, dict[str, str], bool | str | None]:
+    """:func:`split`, with ``fair`` taken out of the PRAGMAs: ``(base,
+    pragmas, fair)``, ``fair`` None when the variant does not set it."""
+    name, pragmas = split(engine)
+    if "fair" not in pragmas:
+        return name, pragmas, None
+    value = pragmas.pop("fair")
+    if value not in FAIR:
+        raise ValueError(
+            f"engine {engine!r}: fair={value} is not a policy; pick from {', '.join(FAIR)}"
+        )
+    return name, pragmas, FAIR[value]
 
 
 def base(engine: str) -> str:

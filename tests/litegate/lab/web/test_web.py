@@ -211,6 +211,8 @@ def test_serve_refuses_other_hosts_and_missing_files(
         (["--engines", "tuned+mmap_size=1"], "only litegate takes PRAGMA overrides"),
         (["--engines", "litegate+mmap_size"], "'mmap_size' is not NAME=VALUE"),
         (["--engines", "litegate+mmap_size=1;DROP"], "is not NAME=VALUE"),
+        (["--engines", "litegate+fair=fifo"], "fair=fifo is not a policy; pick from bounded"),
+        (["--engines", "litegate+fair=strict"], "runs on the Django app only"),
     ],
 )
 def test_bench_web_refuses_bad_options(
@@ -236,6 +238,16 @@ def test_engine_variants_name_their_pragmas() -> None:
     cfg = bench.config_from_args(
         parser.parse_args(["--engines", "litegate+mmap_size=1,tuned,litegate"])
     )
+    # the write gate's policy is litegate.django's OPTIONS["fair"], not a PRAGMA
+    assert _variant.settings("litegate+fair=strict+mmap_size=1") == (
+        "litegate", {"mmap_size": "1"}, "strict"
+    )  # fmt: skip
+    assert _variant.settings("litegate+mmap_size=1") == ("litegate", {"mmap_size": "1"}, None)
+    from litegate.lab.web.app.engines import database
+
+    options = database("litegate+fair=strict", "x.db")["OPTIONS"]
+    assert options == {"timeout": 5, "fair": "strict"}
+    assert "fair" not in database("litegate", "x.db")["OPTIONS"]
     # each variant right after the configuration it varies, for both apps
     assert cfg.sides() == [
         ("django", "tuned"), ("django", "litegate"), ("django", "litegate+mmap_size=1"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._variant import split
+from .._variant import settings
 
 ENGINES = ("naive", "wal", "tuned", "litegate")
 
@@ -20,7 +20,7 @@ _TUNED_PRAGMAS = (
 def database(engine: str, name: str) -> dict[str, Any]:
     """The DATABASES["default"] of one engine configuration (or a variant:
     ``litegate+NAME=VALUE``, see ``_variant``)."""
-    engine, pragmas = split(engine)
+    engine, pragmas, fair = settings(engine)
     if engine in ("naive", "wal"):  # wal: the file is put in WAL mode (`litegate web serve`)
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
     if engine == "tuned":
@@ -38,7 +38,11 @@ def database(engine: str, name: str) -> dict[str, Any]:
     return {
         "ENGINE": "litegate.django",
         "NAME": name,
-        "OPTIONS": {"timeout": 5, **({"pragmas": pragmas} if pragmas else {})},
+        "OPTIONS": {
+            "timeout": 5,
+            **({"pragmas": pragmas} if pragmas else {}),
+            **({"fair": fair} if fair is not None else {}),
+        },
         "CONN_MAX_AGE": 600,
         "CONN_HEALTH_CHECKS": True,
     }
