@@ -280,9 +280,13 @@ class FileGate:
         """Hold the gate without a transaction (for the checkpointer's
         RESTART, which needs SQLite's write lock on another connection).
         The turn waits in line (a strict budget): it never takes the gate
-        past sleepers, so it keeps a fair="strict" file's order and counts
-        against no head's budget, and once at the head the next release
-        hands the gate to it (a due restart keeps the WAL bounded)."""
+        past this process's sleepers nor, across processes, past a head
+        waiting in the ticket line, so a fair="strict" file keeps its order;
+        once at the head the next release hands the gate to it (a due
+        restart keeps the WAL bounded). The one exception is a process's
+        cohort: when this process already holds the gate across processes
+        and another process's head is still within its budget, the turn is
+        passed the gate as any thread of the process would be."""
         if not self.acquire(timeout, STRICT):
             yield False
             return

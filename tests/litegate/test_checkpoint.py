@@ -121,5 +121,5 @@ def test_the_checkpointers_turn_takes_the_gate_in_line(tmp_path: Path) -> None:
     finally:
         _grantlog.enable(before.folder if before is not None else None)
     grants = _grantlog.read(folder)
-    assert len(grants) > i  # every write, and the turns
+    assert len(grants) >= i + 3  # CREATE, every insert, and the two turns at least
     assert {(g.overtakes, g.budget_us) for g in grants} == {(0, 0)}

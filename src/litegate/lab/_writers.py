@@ -218,6 +218,38 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
 # -- one process asks while two others write back to back -----------------------------
 
 
+def gate_counters(path: str) -> dict[str, int] | None:
+    """The write gate's shared counters of the database at ``path``
+    (``_filelock.read_counters``: grants across processes, forced hand-offs,
+    barges); None without its sidecar."""
+    from litegate._filelock import read_counters
+
+    try:
+        got = read_counters(path + "-litegate")
+    except OSError:  # no sidecar: no litegate process opened the file
+        return None
+    return None if got is None else {k: int(got[k]) for k in ("grants", "handoffs", "barges")}
+
+
+def gate_shares(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, float]:
+    """The gate's figures between two readings of :func:`gate_counters`
+    (``before`` None: from the start): ``gate_grants`` (grants across
+    processes), ``handoff_share`` (those a release handed to a head whose
+    budget was spent; under strict, every release with a sleeper) and
+    ``barge_share`` (grants taken past a waiting head, a holder's passes to
+    its own threads included, per grant: it can pass 1). Empty without
+    counters."""
+    if after is None:
+        return {}
+    start = before or {"grants": 0, "handoffs": 0, "barges": 0}
+    grants, handoffs, barges = (after[k] - start[k] for k in ("grants", "handoffs", "barges"))
+    return {
+        "gate_grants": float(grants),
+        "handoff_share": handoffs / grants if grants else 0.0,
+        "barge_share": barges / grants if grants else 0.0,
+    }
+
+
 def _hog(side: str, path: str, hold_s: float, barrier: Any, stop: Any) -> None:
     import litegate
 

@@ -69,9 +69,10 @@ AFTER_RELEASE, and the order in two more columns (issue 18):
   writers start within a few ms of each other, so this measures the order
   the lock served the herd in: 0 in arrival order, up to every writer
   after it for a lock that serves whoever retries at the right moment;
-- HAND-OFFS (litegate): the share of the gate's grants forced by a head's
-  spent budget, over every child and a litegate parent (``db.stats()["gate"]``;
-  a hand-off counts in the process that releases).
+- HAND-OFFS (litegate): the share of the gate's grants across processes
+  that a release handed to a head whose budget was spent (the counters the
+  gate keeps in its sidecar, shared by the children and a litegate parent;
+  the JSON also has ``gate_grants``).
 
 The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
@@ -129,6 +130,7 @@ from ._args import positive_float
 from ._procs import reap
 from ._progress import Progress
 from ._report import Column, fmt_ms, fmt_pct, seed_table
+from ._writers import gate_counters, gate_shares
 
 NAME = "contention"
 HELP = "seed 000: parent holds the write lock, P processes x T threads each want one write"
@@ -156,6 +158,7 @@ FIGURES = (
     "worst_overtakes",  # the most writers that started later one writer saw commit first
     "overtaken_share",  # the share of writers that a later one overtook
     "handoff_share",  # litegate: the gate's grants forced by a head's spent budget
+    "gate_grants",  # litegate: the gate's grants across processes (JSON only)
 )
 # the main table's columns; the rest are in the JSON (and the variant tables)
 TABLE_FIGURES = (*FIGURES[:7], "worst_overtakes", "handoff_share")
@@ -466,8 +469,6 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
             stats = db.stats()
             out["busy_retries"] = stats["busy_retries"]
             out["cross_process_waits"] = stats["gate"]["cross_process_waits"]
-            out["gate_grants"] = stats["gate"]["count"]
-            out["gate_handoffs"] = stats["gate"]["handoffs"]
         out["records"] = sorted(records, key=lambda r: int(r["thread"]))
         results.put(out)
         reported = True
@@ -522,19 +523,15 @@ def calibrate_cte(seconds: float) -> int:
 
 @contextlib.contextmanager
 def _parent_lock(
-    mode: str, parent: str, path: str, gate: dict[str, int] | None = None
+    mode: str, parent: str, path: str
 ) -> Iterator[Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]]:
-    """Yields a factory of write transactions for the parent. A parent
-    through litegate puts its gate's grants and hand-offs into ``gate``."""
+    """Yields a factory of write transactions for the parent."""
     patience = 60.0  # the parent must never be the one that fails
     if parent == "same" and mode in LITEGATE_MODES:
         db = litegate.connect(path, timeout=patience, fair=LITEGATE_MODES[mode])
         try:
             yield db.write
         finally:
-            if gate is not None:
-                stats = db.stats()["gate"]
-                gate.update(grants=int(stats["count"]), handoffs=int(stats["handoffs"]))
             db.close()
         return
     strategy_name = mode if parent == "same" and mode in STRATEGY_MODES else None
@@ -647,9 +644,8 @@ def run_cell(
         t_start = t_release = time.monotonic()
         releases: list[float] = []
         outs: list[dict[str, Any]] = []
-        parent_gate: dict[str, int] = {}
         try:
-            with _parent_lock(mode, parent, path, parent_gate) as write_tx:
+            with _parent_lock(mode, parent, path) as write_tx:
                 try:
                     ready.wait(timeout=120)
                 except threading.BrokenBarrierError:
@@ -684,6 +680,8 @@ def run_cell(
         reap(procs, results, timeout=10)
         res.rows_found = _count_rows(path)
         committed = _commit_order(path)
+        # the gate's counters, shared by every process (no sidecar: not litegate)
+        gate = gate_shares(None, gate_counters(path)) if mode in LITEGATE_MODES else {}
 
     records: list[dict[str, Any]] = []
     for out in outs:
@@ -722,11 +720,6 @@ def run_cell(
     order = _stats.overtake_figures(
         [r["start_ms"] for r in placed], [committed[f"{r['pid']}:{r['thread']}"] for r in placed]
     )
-    # (a hand-off is counted by the process that releases: the parent's too)
-    grants = parent_gate.get("grants", 0) + sum(int(c.get("gate_grants", 0)) for c in res.children)
-    handoffs = parent_gate.get("handoffs", 0) + sum(
-        int(c.get("gate_handoffs", 0)) for c in res.children
-    )
     durations = [r["end_ms"] - r["start_ms"] for r in records]
     last_end = max((r["end_ms"] for r in records), default=None)
     slowest = max(durations, default=None)
@@ -745,7 +738,8 @@ def run_cell(
         "p50_after_release_ms": _stats.median(after) if after else None,
         "worst_overtakes": order["worst_overtakes"] if placed else None,
         "overtaken_share": order["overtaken_share"] if placed else None,
-        "handoff_share": handoffs / grants if grants else None,
+        "handoff_share": gate.get("handoff_share"),
+        "gate_grants": gate.get("gate_grants"),
     }
     return res
 

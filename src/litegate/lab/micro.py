@@ -454,8 +454,9 @@ def _litegate_threads(
     return {
         f"{side}_seconds": seconds,
         f"{side}_batch_mean": float(stats["writes"]["group_commit"]["mean"]),
-        # the gate's grants forced by a head's spent budget (each grant is a
-        # group commit's batch, or the checkpointer's turn)
+        # the gate's grants forced by a head's spent budget, per grant to a
+        # group commit's batch (one process: every hand-off is in-process; the
+        # checkpointer's few turns count among the hand-offs, not the grants)
         f"{side}_handoff_share": int(gate["handoffs"]) / max(1, int(gate["count"])),
         **done.figures(side),
         **order,

@@ -77,14 +77,15 @@ def test_every_writer_is_accounted_for(result: dict[str, Any]) -> None:
         assert 0.0 <= cell["figures"]["overtaken_share"] <= 1.0
         if cell["mode"] in ("litegate", "litegate-strict"):
             assert 0.0 <= cell["figures"]["handoff_share"] <= 1.0
-            # a grant per group commit: each child's 2 writes in 1 or 2 of them
-            assert 2 <= sum(c["gate_grants"] for c in cell["children"]) <= 4
+            # across processes: each child's cohort at least once
+            assert cell["figures"]["gate_grants"] >= 2
             if (cell["mode"], cell["parent"], cell["cell"]) == ("litegate-strict", "same", "2/2/2"):
                 # the children queued during the parent's 50 ms query, and a
                 # strict release hands the gate to the head (counted in the parent)
                 assert cell["figures"]["handoff_share"] > 0
         else:
             assert cell["figures"]["handoff_share"] is None
+            assert cell["figures"]["gate_grants"] is None
 
 
 def test_litegate_mode_has_no_errors(result: dict[str, Any]) -> None:
@@ -130,7 +131,7 @@ def test_summary_comparisons_and_targets(result: dict[str, Any]) -> None:
         assert e["runs"] == 1
         for name in contention.FIGURES:
             s = e["figures"][name]
-            if name == "handoff_share" and not e["mode"].startswith("litegate"):
+            if name in ("handoff_share", "gate_grants") and not e["mode"].startswith("litegate"):
                 assert s is None  # no gate, no hand-offs
                 continue
             assert s["n"] == 1

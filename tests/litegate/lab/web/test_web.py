@@ -197,6 +197,11 @@ def test_serve_refuses_other_hosts_and_missing_files(
     )
     assert main(["web", "serve", str(db), "--framework", "fastapi", "--threads", "3"]) == 2
     assert "--threads is for django" in capsys.readouterr().err
+    assert main(["web", "serve", str(db), "--engine", "litegate+fair=fifo"]) == 2
+    assert "fair=fifo is not a policy" in capsys.readouterr().err
+    assert main(["web", "serve", str(db), "--framework", "fastapi", "--engine",
+                 "litegate+fair=strict"]) == 2  # fmt: skip
+    assert "for the django app only" in capsys.readouterr().err
     assert main(["web", "serve", str(db), "--framework", "flask"]) == 2
     assert "invalid choice: 'flask'" in capsys.readouterr().err
 
