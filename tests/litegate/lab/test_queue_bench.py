@@ -385,6 +385,55 @@ def test_the_litegate_sides_open_their_database_with_each_policy(tmp_path: Path)
     assert "fair=True" in _sides.side_title("sqlite", "litegate-bounded")
 
 
+def test_quick_plans_the_bounded_side_in_the_e2e_rows_only() -> None:
+    cells = _run.plan(_config.quick(Config()))
+    bounded = [(c.scenario, c.variant) for c in cells if c.side == "litegate-bounded"]
+    assert bounded == [("e2e", "batched"), ("e2e", "one-job")]
+    strict = {c.scenario for c in cells if c.side == "litegate"}
+    assert strict == set(_config.SCENARIOS)
+
+
+def test_an_e2e_only_side_runs_and_is_reported_in_the_e2e_rows() -> None:
+    cfg = Config(
+        scenarios=("single", "e2e"),
+        sides=("seed", "litegate", "litegate-bounded"),
+        e2e_only_sides=("litegate-bounded",),
+        profiles=("balanced",),
+        single_puts=20,
+        e2e_jobs=200,
+        e2e_producers=2,
+        e2e_workers=2,
+        e2e_threads=2,
+        batch=20,
+        cell_timeout=30.0,
+    )
+    result = bench.run(cfg)
+    assert {r["side"] for r in _cells(result, "single")} == {"seed", "litegate"}
+    bounded = [r for r in result["raw"] if r["side"] == "litegate-bounded"]
+    assert [(r["scenario"], r["variant"]) for r in bounded] == [
+        ("e2e", "batched"),
+        ("e2e", "one-job"),
+    ]
+    for r in bounded:
+        a, f = r["accounting"], r["figures"]
+        assert r["setup_errors"] == [], r
+        assert a["put"] == a["processed"] == 200, r
+        assert a["left_in_queue"] == 0, r
+        assert a["lost"] == a["extra"] == a["duplicates"] == a["unknown"] == 0, r
+        assert f["errors"] == 0, r
+        assert f["gate_grants"] > 0, r  # the write gate's figures, as litegate's cells have
+        assert 0.0 <= f["handoff_share"] <= 1.0, r
+    assert Config.from_json(json.loads(json.dumps(result["config"]))) == cfg
+    text = bench.render(result)
+    assert "litegate-bounded = litegate.queue, fair=True" in text
+    assert "(end-to-end rows only)" in text
+    single = text.split("### Scenario 1")[1].split("###")[0]
+    assert "litegate-bounded" not in single
+    e2e = text.split("### End to end")[1]
+    assert "| litegate-bounded (batches of 20)" in e2e
+    assert "| litegate-bounded (2 threads/process)" in e2e
+
+
 def test_the_bounded_side_is_sqlite_only() -> None:
     # litegate on PostgreSQL has no write gate: no policy to set
     with pytest.raises(ValueError, match="litegate-bounded do not run on postgres"):
@@ -528,9 +577,12 @@ def test_config_from_args() -> None:
     assert cfg.scenarios == ("mixed", "long")
     assert cfg.sides == ("seed", "litegate")
     assert _parsed(["--sides", "litegate-bounded"]).sides == ("litegate-bounded",)
-    # both policies in the default sides, the quick run's included
+    # both policies in the default sides; --quick runs bounded in the e2e rows only
     assert {"litegate", "litegate-bounded"} <= set(Config().sides)
-    assert quick.sides == Config().sides
+    assert Config().e2e_only_sides == ()
+    assert (quick.sides, quick.e2e_only_sides) == (Config().sides, ("litegate-bounded",))
+    named = _parsed(["--quick", "--sides", "litegate,litegate-bounded"])
+    assert named.e2e_only_sides == ()  # sides asked for by name run every scenario
     cfg = _parsed(["--seconds", "7", "--long-seconds", "30", "--profiles", "aggressive"])
     assert (cfg.mixed_seconds, cfg.long_seconds, cfg.profiles) == (7.0, 30.0, ("aggressive",))
     assert cfg.grant_log is False

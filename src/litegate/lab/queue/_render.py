@@ -570,7 +570,14 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
     ]
     if pg:
         parts += [server_line(result), ""]
-    parts += ["Sides: " + "; ".join(f"{s} = {side_title(cfg.backend, s)}" for s in cfg.sides)]
+    parts += [
+        "Sides: "
+        + "; ".join(
+            f"{s} = {side_title(cfg.backend, s)}"
+            + (" (end-to-end rows only)" if s in cfg.e2e_only_sides else "")
+            for s in cfg.sides
+        )
+    ]
     sc = cfg.scenarios
     if "single" in sc:
         parts += [

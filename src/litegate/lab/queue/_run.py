@@ -88,6 +88,8 @@ def plan(cfg: Config | Combined) -> list[Cell]:
     ) -> None:
         limit = seconds + slack if seconds else cfg.cell_timeout
         for side in sides if sides is not None else cfg.sides:
+            if scenario != "e2e" and side in cfg.e2e_only_sides:
+                continue
             reason = (na or {}).get(side)
             cells.append(
                 Cell(
