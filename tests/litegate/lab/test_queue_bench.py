@@ -58,8 +58,8 @@ def _cells(result: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
 
 def test_every_cell_ran_cleanly_and_accounts_for_every_job(result: dict[str, Any]) -> None:
     real = [r for r in result["raw"] if not r["na"]]
-    # 5 sides x (single, concurrent, mixed, stress, long) + e2e: 2 batched + 4 one-job
-    assert len(real) == 5 * 5 + 2 + 4
+    # 6 sides x (single, concurrent, mixed, stress, long) + e2e: 3 batched + 5 one-job
+    assert len(real) == 6 * 5 + 3 + 5
     for r in real:
         a = r["accounting"]
         assert r["setup_errors"] == [], r
@@ -91,8 +91,10 @@ def test_e2e_processes_exactly_the_jobs_put(result: dict[str, Any]) -> None:
     assert {(r["variant"], r["side"]) for r in cells} == {
         ("batched", "bare"),
         ("batched", "litegate"),
+        ("batched", "litegate-bounded"),
         ("one-job", "seed"),
         ("one-job", "litegate"),
+        ("one-job", "litegate-bounded"),
         ("one-job", "huey"),
         ("one-job", "litequeue"),
     }
@@ -150,7 +152,7 @@ def test_time_bounded_scenarios(result: dict[str, Any]) -> None:
 
 def test_litegate_sees_no_errors(result: dict[str, Any]) -> None:
     for r in result["raw"]:
-        if r["side"] == "litegate":
+        if r["side"] in ("litegate", "litegate-bounded"):
             assert r["figures"]["errors"] == 0, r
             assert r["errors_seen"] == {}
             assert len(r["details"]) == r["accounting"]["processes"]  # gate stats per process
@@ -172,16 +174,17 @@ def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> No
             continue
         f = r["figures"]
         assert "grant_log" not in r  # off unless asked for
-        if r["side"] != "litegate":  # no write gate, no gate figures
+        if r["side"] not in ("litegate", "litegate-bounded"):  # no write gate, no gate figures
             assert not {"gate_grants", "handoff_share", "barge_share"} & set(f), r
             continue
-        # every cell writes, and each write of a strict gate is a grant across processes
+        # every cell writes, and a process's first write is a grant across processes
         assert f["gate_grants"] > 0, r
         assert 0.0 <= f["handoff_share"] <= 1.0, r  # a hand-off is a release of a grant
         assert f["barge_share"] >= 0.0, r
-    for e in result["summary"]:
-        if e["side"] == "litegate" and not e["na"]:
-            assert e["figures"]["handoff_share"]["n"] == 1
+    gated = [e for e in result["summary"] if _run.has_gate("sqlite", e["side"]) and not e["na"]]
+    assert {e["side"] for e in gated} == {"litegate", "litegate-bounded"}
+    for e in gated:
+        assert e["figures"]["handoff_share"]["n"] == 1
     text = bench.render(result)
     heads = [line for line in text.splitlines() if line.startswith("| ") and "Throughput" in line]
     heads += [line for line in text.splitlines() if line.startswith("| Row ")]
@@ -193,7 +196,7 @@ def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> No
 def test_grant_log_checks_the_bounds_of_each_litegate_cell() -> None:
     cfg = Config(
         scenarios=("stress", "e2e"),
-        sides=("bare", "litegate"),
+        sides=("bare", "litegate", "litegate-bounded"),
         profiles=("balanced",),
         stress_workers=(2,),
         stress_seconds=0.3,
@@ -208,14 +211,14 @@ def test_grant_log_checks_the_bounds_of_each_litegate_cell() -> None:
     caller = _grantlog.active()
     result = bench.run(cfg)
     assert _grantlog.active() is caller  # the caller's own log (if any) is left as it was
-    lg = [r for r in result["raw"] if r["side"] == "litegate"]
-    assert {(r["scenario"], r["variant"]) for r in lg} == {
-        ("stress", "2 workers"),
-        ("e2e", "batched"),
-        ("e2e", "one-job"),
+    lg = [r for r in result["raw"] if r["side"] in ("litegate", "litegate-bounded")]
+    assert {(r["scenario"], r["variant"], r["side"]) for r in lg} == {
+        (scenario, variant, side)
+        for scenario, variant in (("stress", "2 workers"), ("e2e", "batched"), ("e2e", "one-job"))
+        for side in ("litegate", "litegate-bounded")
     }
     for r in result["raw"]:
-        if r["side"] != "litegate":
+        if r["side"] not in ("litegate", "litegate-bounded"):
             assert "grant_log" not in r  # no gate, no log
             continue
         checked = r["grant_log"]
@@ -225,14 +228,18 @@ def test_grant_log_checks_the_bounds_of_each_litegate_cell() -> None:
         # process's gate (a process's own threads may pass it on unlogged by
         # the counters)
         assert checked["grants"] >= r["figures"]["gate_grants"] > 0
-        assert checked["overtakes_bound"] in (-1, 0)  # strict's budget, if any head slept
-        entry = _run.find(result["summary"], r["scenario"], r["profile"], r["variant"], "litegate")
+        if r["side"] == "litegate":
+            assert checked["overtakes_bound"] in (-1, 0)  # strict's budget, if any head slept
+        else:  # bounded's 16 (or strict's 0: the checkpointer's turn waits with a strict budget)
+            assert checked["overtakes_bound"] in (-1, 0, 16)
+        entry = _run.find(result["summary"], r["scenario"], r["profile"], r["variant"], r["side"])
         assert entry is not None
         assert entry["grant_log"] == checked  # one run: the sums and maxima are its own
     text = bench.render(result)
     assert text.count("grant log (--grant-log") == 2  # after the stress and the e2e tables
     assert "Balanced 2 workers litegate: " in text
     assert "Balanced one-job litegate: " in text
+    assert "Balanced one-job litegate-bounded: " in text
     assert "0 two holders at once, 0 out of ticket order, 0 overtaken past the bound" in text
 
 
@@ -340,22 +347,102 @@ def test_runs_give_medians_and_cvs() -> None:
 def test_plan_sizes() -> None:
     cells = _run.plan(Config())
     by = {s: [c for c in cells if c.scenario == s] for s in _config.SCENARIOS}
-    assert len(by["single"]) == 3 * 5
-    assert len(by["concurrent"]) == 3 * 3 * 5
-    assert [len(c.roles) for c in by["concurrent"][::5]][:3] == [2, 4, 8]
+    assert len(by["single"]) == 3 * 6
+    assert len(by["concurrent"]) == 3 * 3 * 6
+    assert [len(c.roles) for c in by["concurrent"][::6]][:3] == [2, 4, 8]
     assert sum(r.count for r in by["concurrent"][0].roles) == 4_000
-    assert len(by["stress"]) == 3 * 5 * 5
-    assert len(by["long"]) == 5  # balanced only by default
+    assert len(by["stress"]) == 3 * 5 * 6
+    assert len(by["long"]) == 6  # balanced only by default
     assert {c.seconds for c in by["long"]} == {60.0}
     batched = [c for c in by["e2e"] if c.variant == "batched"]
-    assert [c.side for c in batched if c.na is None] == ["bare", "litegate"]
+    assert [c.side for c in batched if c.na is None] == ["bare", "litegate", "litegate-bounded"]
     one = [c for c in by["e2e"] if c.variant == "one-job"]
-    assert [c.side for c in one] == ["seed", "litegate", "huey", "litequeue"]
-    seed, lg = one[0], one[1]
+    assert [c.side for c in one] == ["seed", "litegate", "litegate-bounded", "huey", "litequeue"]
+    seed, lg, bounded = one[0], one[1], one[2]
     assert {r.threads for r in seed.roles} == {1}
-    assert {r.threads for r in lg.roles} == {8}
+    assert {r.threads for r in lg.roles} == {r.threads for r in bounded.roles} == {8}
     assert sum(r.count for r in lg.roles if r.kind == "produce") == 40_000
     assert sum(1 for r in lg.roles if r.kind == "consume") == 4
+
+
+def test_the_litegate_sides_open_their_database_with_each_policy(tmp_path: Path) -> None:
+    from litegate.queue import Queue
+
+    for name, fair in (("litegate", Queue.FAIR), ("litegate-bounded", True)):
+        side = _sides.open_sqlite_side(name, str(tmp_path / f"{name}.db"), "balanced")
+        try:
+            assert isinstance(side, _sides.LitegateSide)
+            assert side.db.fair == fair
+            assert side.db.stats()["gate"]["policy"] == (
+                "strict" if fair == "strict" else "bounded"
+            )
+        finally:
+            side.close()
+    assert Queue.FAIR == "strict"  # (else the two sides are one policy: see Queue.FAIR)
+    assert _run.has_gate("sqlite", "litegate-bounded")
+    assert not _run.has_gate("postgres", "litegate")
+    assert "litegate-bounded" in _sides.BATCH_SIDES
+    assert "fair=True" in _sides.side_title("sqlite", "litegate-bounded")
+
+
+def test_quick_plans_the_bounded_side_in_the_e2e_rows_only() -> None:
+    cells = _run.plan(_config.quick(Config()))
+    bounded = [(c.scenario, c.variant) for c in cells if c.side == "litegate-bounded"]
+    assert bounded == [("e2e", "batched"), ("e2e", "one-job")]
+    strict = {c.scenario for c in cells if c.side == "litegate"}
+    assert strict == set(_config.SCENARIOS)
+
+
+def test_an_e2e_only_side_runs_and_is_reported_in_the_e2e_rows() -> None:
+    cfg = Config(
+        scenarios=("single", "e2e"),
+        sides=("seed", "litegate", "litegate-bounded"),
+        e2e_only_sides=("litegate-bounded",),
+        profiles=("balanced",),
+        single_puts=20,
+        e2e_jobs=200,
+        e2e_producers=2,
+        e2e_workers=2,
+        e2e_threads=2,
+        batch=20,
+        cell_timeout=30.0,
+    )
+    result = bench.run(cfg)
+    assert {r["side"] for r in _cells(result, "single")} == {"seed", "litegate"}
+    bounded = [r for r in result["raw"] if r["side"] == "litegate-bounded"]
+    assert [(r["scenario"], r["variant"]) for r in bounded] == [
+        ("e2e", "batched"),
+        ("e2e", "one-job"),
+    ]
+    for r in bounded:
+        a, f = r["accounting"], r["figures"]
+        assert r["setup_errors"] == [], r
+        assert a["put"] == a["processed"] == 200, r
+        assert a["left_in_queue"] == 0, r
+        assert a["lost"] == a["extra"] == a["duplicates"] == a["unknown"] == 0, r
+        assert f["errors"] == 0, r
+        assert f["gate_grants"] > 0, r  # the write gate's figures, as litegate's cells have
+        assert 0.0 <= f["handoff_share"] <= 1.0, r
+    assert Config.from_json(json.loads(json.dumps(result["config"]))) == cfg
+    text = bench.render(result)
+    assert "litegate-bounded = litegate.queue, fair=True" in text
+    assert "(end-to-end rows only)" in text
+    single = text.split("### Scenario 1")[1].split("###")[0]
+    assert "litegate-bounded" not in single
+    e2e = text.split("### End to end")[1]
+    assert "| litegate-bounded (batches of 20)" in e2e
+    assert "| litegate-bounded (2 threads/process)" in e2e
+
+
+def test_the_bounded_side_is_sqlite_only() -> None:
+    # litegate on PostgreSQL has no write gate: no policy to set
+    with pytest.raises(ValueError, match="litegate-bounded do not run on postgres"):
+        Config(backend="postgres", sides=("litegate", "litegate-bounded"))
+    # a run on both backends: PostgreSQL's part takes litegate only
+    split = _config._sides_for(("sqlite", "postgres"), ("litegate", "litegate-bounded"))
+    assert split == {"sqlite": ("litegate", "litegate-bounded"), "postgres": ("litegate",)}
+    with pytest.raises(ValueError, match="no side that runs on postgres"):
+        _config._sides_for(("sqlite", "postgres"), ("bare", "litegate-bounded"))
 
 
 def test_execute_with_retry_is_the_seeds() -> None:
@@ -489,6 +576,13 @@ def test_config_from_args() -> None:
     assert (cfg.mixed_seconds, cfg.long_seconds) == (7.0, 7.0)
     assert cfg.scenarios == ("mixed", "long")
     assert cfg.sides == ("seed", "litegate")
+    assert _parsed(["--sides", "litegate-bounded"]).sides == ("litegate-bounded",)
+    # both policies in the default sides; --quick runs bounded in the e2e rows only
+    assert {"litegate", "litegate-bounded"} <= set(Config().sides)
+    assert Config().e2e_only_sides == ()
+    assert (quick.sides, quick.e2e_only_sides) == (Config().sides, ("litegate-bounded",))
+    named = _parsed(["--quick", "--sides", "litegate,litegate-bounded"])
+    assert named.e2e_only_sides == ()  # sides asked for by name run every scenario
     cfg = _parsed(["--seconds", "7", "--long-seconds", "30", "--profiles", "aggressive"])
     assert (cfg.mixed_seconds, cfg.long_seconds, cfg.profiles) == (7.0, 30.0, ("aggressive",))
     assert cfg.grant_log is False

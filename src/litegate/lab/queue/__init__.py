@@ -1,7 +1,7 @@
 """``litegate bench queue``: seed 004, the SQLite task-queue benchmark.
 
 The seed's five scenarios under its three PRAGMA profiles (conservative,
-balanced, aggressive), plus end-to-end rows, for five queues on the same
+balanced, aggressive), plus end-to-end rows, for six queues on the same
 machine in the same run:
 
 - ``bare``: a bare batched ``sqlite3`` queue (no leases, attempts or
@@ -11,7 +11,12 @@ machine in the same run:
   PRAGMAs, every statement through its ``execute_with_retry`` (3 tries,
   0.1 s exponential back-off), one connection per worker, autocommit insert,
   one job claimed per ``BEGIN IMMEDIATE … UPDATE … RETURNING``, ack by UPDATE;
-- ``litegate``: ``litegate.queue.Queue`` (leases, attempts, priorities);
+- ``litegate``: ``litegate.queue.Queue`` (leases, attempts, priorities),
+  its database opened with the write gate's policy a Queue opened from a
+  path uses (``Queue.FAIR``, strict);
+- ``litegate-bounded``: the same queue on a database opened with
+  ``fair=True``, the bounded policy that is ``connect()``'s default: the two
+  policies side by side in one run (the targets are judged on ``litegate``);
 - ``huey``: huey's ``SqliteHuey`` storage, enqueue / dequeue (huey has no
   lease and no ack: dequeue deletes the task);
 - ``litequeue``: ``LiteQueue`` put / pop / done.
@@ -35,11 +40,11 @@ Scenarios:
 Every cell runs on a fresh database in a temporary directory, its worker
 processes (``spawn``) start together on a barrier, and every run is bounded
 in time. Each side applies the profile's PRAGMAs itself. Every job put is
-accounted for: processed exactly once, or still in the queue. litegate's
-cells also get its write gate's figures, from the sidecar's counters: grants
-across processes and the share of them forced by a hand-off to the head of
-the line; ``--grant-log`` logs every grant of them and checks the fairness
-bounds on the log (``litegate._grantlog``).
+accounted for: processed exactly once, or still in the queue. The cells of
+both litegate sides also get its write gate's figures, from the sidecar's
+counters: grants across processes and the share of them forced by a
+hand-off to the head of the line; ``--grant-log`` logs every grant of them
+and checks the fairness bounds on the log (``litegate._grantlog``).
 
 ``--backend postgres`` runs the same scenarios and end-to-end rows on a
 PostgreSQL server (a throwaway one started for the run, fsync on, or

@@ -146,10 +146,11 @@ def _busy(e: dict[str, Any]) -> str:
 
 HANDOFFS = "Forced hand-offs"
 HANDOFFS_TEXT = (
-    "Forced hand-offs (litegate only: the other queues have no write gate): the share of "
-    "the gate's grants across processes that a release handed to a waiting process "
-    "because the head of the line was due (under the queue's strict policy, every "
-    "release with a process waiting)."
+    "Forced hand-offs (litegate's sides only: the other queues have no write gate): the "
+    "share of the gate's grants across processes that a release handed to a waiting "
+    "process because the head of the line was due (under strict, the litegate side's "
+    "policy, every release with a process waiting; under bounded, litegate-bounded's, "
+    "only once the head has been overtaken 16 times or has waited 2 ms)."
 )
 
 
@@ -268,6 +269,7 @@ NOTES = {
     "seed": "retries BUSY 3x",
     "litequeue": "lock, no lease expiry",
     "litegate": "lease + ack",
+    "litegate-bounded": "lease + ack; fair=True",
     "procrastinate": "fetch_job/finish_job, 1 job per query",
     "pgqueuer": "dequeue/log_jobs",
 }
@@ -568,7 +570,14 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
     ]
     if pg:
         parts += [server_line(result), ""]
-    parts += ["Sides: " + "; ".join(f"{s} = {side_title(cfg.backend, s)}" for s in cfg.sides)]
+    parts += [
+        "Sides: "
+        + "; ".join(
+            f"{s} = {side_title(cfg.backend, s)}"
+            + (" (end-to-end rows only)" if s in cfg.e2e_only_sides else "")
+            for s in cfg.sides
+        )
+    ]
     sc = cfg.scenarios
     if "single" in sc:
         parts += [

@@ -33,7 +33,7 @@ from ._child import Role, Spec, child_main
 from ._config import Combined, Config
 from ._pg import DbSizeSampler, PgCells
 from ._sampler import Sampler
-from ._sides import BATCH_SIDES, NO_BATCH
+from ._sides import BATCH_SIDES, LITEGATE_FAIR, NO_BATCH
 
 NAME = "queue"
 QS = (50.0, 95.0, 99.0)
@@ -88,6 +88,8 @@ def plan(cfg: Config | Combined) -> list[Cell]:
     ) -> None:
         limit = seconds + slack if seconds else cfg.cell_timeout
         for side in sides if sides is not None else cfg.sides:
+            if scenario != "e2e" and side in cfg.e2e_only_sides:
+                continue
             reason = (na or {}).get(side)
             cells.append(
                 Cell(
@@ -214,8 +216,8 @@ GATE_COUNTERS = ("grants", "handoffs", "barges")
 
 def has_gate(backend: str, side: str) -> bool:
     """Whether the side's processes share litegate's write gate (and its
-    sidecar's counters): litegate on SQLite only."""
-    return backend == "sqlite" and side == "litegate"
+    sidecar's counters): litegate's sides on SQLite only (either policy)."""
+    return backend == "sqlite" and side in LITEGATE_FAIR
 
 
 def gate_counters(path: str) -> dict[str, int] | None:

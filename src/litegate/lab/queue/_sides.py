@@ -34,8 +34,16 @@ from litegate._profiles import PROFILES
 
 BACKENDS = ("sqlite", "postgres")
 
-SIDES = ("bare", "seed", "litegate", "huey", "litequeue")
+SIDES = ("bare", "seed", "litegate", "litegate-bounded", "huey", "litequeue")
 """Every side on SQLite, in report order."""
+
+LITEGATE_FAIR: dict[str, bool | str | None] = {"litegate": None, "litegate-bounded": True}
+"""The SQLite sides that are ``litegate.queue`` and the write gate's policy
+each opens its database with: ``litegate`` the one a Queue opened from a path
+uses (``Queue.FAIR``, None here: read from the queue, so the bench follows
+it), ``litegate-bounded`` ``fair=True``, ``connect()``'s default, so the
+report shows both policies side by side. Both share litegate's write gate
+(its figures, ``--grant-log``); the targets are judged on ``litegate``."""
 
 PG_SIDES = ("litegate", "procrastinate", "pgqueuer")
 """Every side on PostgreSQL, in report order."""
@@ -46,7 +54,8 @@ ALL_SIDES = tuple(dict.fromkeys(SIDES + PG_SIDES))
 SIDE_TITLES = {
     "bare": "bare batched sqlite3 (no leases, attempts or priorities)",
     "seed": "seed 004's approach (plain sqlite3 + execute_with_retry)",
-    "litegate": "litegate.queue",
+    "litegate": 'litegate.queue (its default policy for a path, Queue.FAIR: fair="strict")',
+    "litegate-bounded": "litegate.queue, fair=True (bounded, connect()'s default)",
     "huey": "huey SqliteHuey storage (enqueue/dequeue; no lease, no ack)",
     "litequeue": "litequeue LiteQueue (put/pop/done)",
 }
@@ -72,7 +81,7 @@ PEER_MODULES = {
 }
 """Sides that need third-party modules (the ``queue`` extra), comma-separated."""
 
-BATCH_SIDES = ("bare", "litegate")
+BATCH_SIDES = ("bare", "litegate", "litegate-bounded")
 """Sides with a batch API (put many, claim many, ack many in one transaction)."""
 
 NO_BATCH = {
@@ -463,8 +472,10 @@ class LitegateSide(Side):
         import litegate
 
         queue = _litegate_queue_module().Queue
-        # the gate's policy a Queue opened from a path uses
-        self.db = litegate.connect(path, profile=profile, timeout=60.0, fair=queue.FAIR)
+        fair = LITEGATE_FAIR[self.name]
+        self.db = litegate.connect(
+            path, profile=profile, timeout=60.0, fair=queue.FAIR if fair is None else fair
+        )
         self.queue = queue(self.db, name="default")
         self.shared = LitegateClient(self.queue)
 
@@ -486,6 +497,12 @@ class LitegateSide(Side):
     def close(self) -> None:
         self.queue.close()
         self.db.close()
+
+
+class LitegateBoundedSide(LitegateSide):
+    """The same queue on a Database opened with the bounded policy."""
+
+    name = "litegate-bounded"
 
 
 class HueySide(Side):
@@ -517,6 +534,7 @@ SIDE_CLASSES: dict[str, type[Side]] = {
     "bare": BareSide,
     "seed": SeedSide,
     "litegate": LitegateSide,
+    "litegate-bounded": LitegateBoundedSide,
     "huey": HueySide,
     "litequeue": LitequeueSide,
 }
@@ -563,8 +581,9 @@ def create_sqlite(name: str, path: str, profile: str) -> None:
 
 def remaining_sqlite(name: str, path: str, profile: str) -> int:
     """Jobs still in the SQLite side's queue (not acknowledged) after a cell."""
-    if name == "litegate":
-        side = LitegateSide(path, profile)
+    if name in LITEGATE_FAIR:
+        side = open_sqlite_side(name, path, profile)
+        assert isinstance(side, LitegateSide)
         try:
             counts = side.queue.counts()
         finally:
