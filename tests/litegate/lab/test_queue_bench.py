@@ -267,26 +267,6 @@ def test_grant_logs_of_several_runs_add_up() -> None:
     assert entry["figures"]["gate_grants"]["median"] == 20.0
 
 
-def test_gate_figures() -> None:
-    before = {"grants": 5, "handoffs": 1, "barges": 0}
-    after = {"grants": 25, "handoffs": 6, "barges": 2}
-    # the parent's own grants (creating the schema) are left out
-    assert _run.gate_figures(before, after) == {
-        "gate_grants": 20.0,
-        "handoff_share": 0.25,
-        "barge_share": 0.1,
-    }
-    assert _run.gate_figures(None, after)["gate_grants"] == 25.0
-    assert _run.gate_figures(before, None) == {}  # no sidecar: no figures
-    assert _run.gate_figures(before, before)["handoff_share"] == 0.0
-
-
-def test_gate_counters_without_a_sidecar(tmp_path: Path) -> None:
-    assert _run.gate_counters(str(tmp_path / "nothing.db")) is None
-    (tmp_path / "other.db-litegate").write_bytes(b"not a lock file" * 20)
-    assert _run.gate_counters(str(tmp_path / "other.db")) is None
-
-
 def test_render_uses_the_seeds_tables(result: dict[str, Any]) -> None:
     text = bench.render(result)
     for title in (

@@ -28,6 +28,7 @@ from .. import _stats
 from .._procs import reap
 from .._progress import Progress
 from .._report import combine_grant_logs, fmt_pct
+from .._writers import gate_counters, gate_shares
 from ._backends import create, remaining
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
@@ -211,44 +212,10 @@ class WalSampler(Sampler):
             return 0
 
 
-GATE_COUNTERS = ("grants", "handoffs", "barges")
-
-
 def has_gate(backend: str, side: str) -> bool:
     """Whether the side's processes share litegate's write gate (and its
     sidecar's counters): litegate's sides on SQLite only (either policy)."""
     return backend == "sqlite" and side in LITEGATE_FAIR
-
-
-def gate_counters(path: str) -> dict[str, int] | None:
-    """The write gate's shared counters of the database at ``path`` (see
-    ``_filelock.read_counters``); None without its sidecar."""
-    from litegate._filelock import read_counters
-
-    try:
-        got = read_counters(path + "-litegate")
-    except OSError:  # no sidecar (yet): nothing to count
-        return None
-    return None if got is None else {k: int(got[k]) for k in GATE_COUNTERS}
-
-
-def gate_figures(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, float]:
-    """The gate's figures over a cell, from its counters before the worker
-    processes started (the parent's own grants, creating the schema) and
-    after they ended: ``gate_grants`` (grants across processes),
-    ``handoff_share`` (releases that handed the gate to a head whose budget
-    was spent, per grant: under strict, every release with a sleeper) and
-    ``barge_share`` (grants taken past a waiting head, a holder's passes to
-    its own threads included, per grant). None of them without counters."""
-    if after is None:
-        return {}
-    start = before or dict.fromkeys(GATE_COUNTERS, 0)
-    grants, handoffs, barges = (after[k] - start[k] for k in GATE_COUNTERS)
-    return {
-        "gate_grants": float(grants),
-        "handoff_share": handoffs / grants if grants else 0.0,
-        "barge_share": barges / grants if grants else 0.0,
-    }
 
 
 def _pcts(values: Sequence[float]) -> dict[str, float | None]:
@@ -365,7 +332,7 @@ def run_cell(
         all_done.set()
         reap(procs, results, timeout=15)
         if gate:  # (before counting what is left, which opens the queue again)
-            counted = gate_figures(before, gate_counters(path))
+            counted = gate_shares(before, gate_counters(path))
         if logged:
             checked = _grantlog.check(_grantlog.read(folder))
         try:
