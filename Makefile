@@ -110,7 +110,7 @@ test-sqlalchemy-full: $(STAMP) $(SQLA20)/.installed
 bench-core: $(STAMP)
 	$(VENV)/bin/litegate bench fairness --pools sqlalchemy,litegate --threads 50 \
 		--requests 3000 --runs 3 --out results/core-fairness
-	$(VENV)/bin/litegate bench contention --modes sqlite-default,litegate --cells 8/4/1 \
+	$(VENV)/bin/litegate bench contention --modes sqlite-default,litegate,litegate-strict --cells 8/4/1 \
 		--parent same --runs 3 --out results/core-contention
 
 # Seed 004 in full: the five scenarios under the three profiles, the long run
