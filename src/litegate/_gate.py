@@ -402,7 +402,7 @@ class FileGate:
             head = self.plock.last_head_ns if self._ticket >= 0 else 0
             self._grant = (arrive, time.monotonic_ns(), queued, self._ticket, head, budget)
 
-    async def acquire_async(self, timeout: float | None) -> bool:
+    async def acquire_async(self, timeout: float | None, budget: Budget | None = None) -> bool:
         """:meth:`acquire` for asyncio (the seam ``litegate.sqlalchemy``'s
         asyncio driver waits on). This process's line is waited on the event
         loop, without a thread: a task cancelled (or timed out) while it
@@ -412,7 +412,8 @@ class FileGate:
         as soon as that wait ends. False if ``timeout`` seconds passed first.
         The owner is the loop's thread, so a blocking :meth:`acquire` from
         that thread (which would stall the loop that must release the gate)
-        raises :class:`NestedWriteError` instead of hanging."""
+        raises :class:`NestedWriteError` instead of hanging. ``budget``: the
+        policy's, as for :meth:`acquire` (bounded by default)."""
         import asyncio  # (here: importing asyncio costs every user of the core)
 
         loop = asyncio.get_running_loop()
@@ -424,10 +425,13 @@ class FileGate:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(_wake, woken[0])
 
+        b = BOUNDED if budget is None else budget
+        arrive = time.monotonic_ns() if _grantlog.active() is not None else 0
         try:
-            status, _token, waiter = q.enqueue(notify, BOUNDED)
+            status, _token, waiter = q.enqueue(notify, b)
         except QueueClosed:  # pragma: no cover - the shared lock is never closed
             return False
+        queued = status == QUEUED
         while status == QUEUED:
             assert waiter is not None
             left = None if deadline is None else max(0.0, deadline - loop.time())
@@ -443,7 +447,7 @@ class FileGate:
             status, _token = q.claim(waiter)
         left = None if deadline is None else max(0.0, deadline - loop.time())
         # (on failure hold_across_processes gives the in-process lock back itself)
-        crossing = loop.run_in_executor(None, self.hold_across_processes, left, BOUNDED)
+        crossing = loop.run_in_executor(None, self.hold_across_processes, left, b)
         try:
             got = await asyncio.shield(crossing)
         except BaseException:  # cancelled: give the gate back once that wait ends
@@ -457,6 +461,8 @@ class FileGate:
         if not got:
             return False
         self.owner = threading.get_ident()
+        if arrive:
+            self._note_grant(arrive, queued, b)
         return True
 
     def release(self) -> None:

@@ -213,7 +213,7 @@ class AsyncAdaptedConnection(AdaptedConnection):
                 "another connection; waiting would wait for itself. Write through the "
                 "connection that holds it, or end its transaction first"
             )
-        if not await_(gate.acquire_async(conn.litegate_timeout)):
+        if not await_(gate.acquire_async(conn.litegate_timeout, conn.litegate_budget)):
             raise gate_timeout(sql, _dbapi.timeout_message(gate, conn.litegate_timeout))
         conn.litegate_held = True
         conn.litegate_task = task

@@ -1,5 +1,6 @@
-"""``profile``, ``pragmas`` and ``timeout``: from the URL's query string or
-``connect_args``, checked, and turned into what a new connection applies."""
+"""``profile``, ``pragmas``, ``timeout`` and ``fair``: from the URL's query
+string or ``connect_args``, checked, and turned into what a new connection
+applies."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _profiles
+from .._database import budget_of
 from .._errors import ConfigError as _CoreConfigError
+from .._fair import BOUNDED, Budget
 from ._errors import ConfigError
 
 # litegate's "default" profile minus foreign_keys=ON: SQLAlchemy's stock
@@ -23,6 +26,7 @@ class Settings:
     pragmas: dict[str, _profiles.PragmaValue]  # applied to every new connection
     timeout: float  # seconds: the gate wait, and sqlite3's busy timeout
     every: int  # commits between background checkpoints
+    budget: Budget = BOUNDED  # the write gate's policy (fair=)
 
 
 def parse_pragmas(text: str) -> dict[str, str | None]:
@@ -40,8 +44,20 @@ def parse_pragmas(text: str) -> dict[str, str | None]:
     return out
 
 
-def resolve(profile: Any, pragmas: Any, timeout: Any) -> Settings:
+# ?fair= in a URL is text; connect_args take what connect(fair=...) takes
+_FAIR_WORDS: dict[str, bool | str] = {"true": True, "strict": "strict", "false": False}
+
+
+def resolve(profile: Any, pragmas: Any, timeout: Any, fair: Any = True) -> Settings:
     """The connection settings, or :class:`ConfigError` saying what to fix."""
+    if isinstance(fair, str) and fair.lower() in _FAIR_WORDS:
+        fair = _FAIR_WORDS[fair.lower()]
+    try:
+        budget = budget_of(fair)
+    except _CoreConfigError as exc:
+        raise ConfigError(
+            f"sqlite+litegate: {exc} (in a URL: ?fair=true, ?fair=strict or ?fair=false)"
+        ) from None
     if pragmas is not None and not isinstance(pragmas, Mapping):
         raise ConfigError(
             f"pragmas must be a mapping such as {{'synchronous': 'FULL'}}, got {pragmas!r}"
@@ -67,4 +83,4 @@ def resolve(profile: Any, pragmas: Any, timeout: Any) -> Settings:
     resolved["wal_autocheckpoint"] = 0
     resolved.setdefault("journal_size_limit", 8 * every * 4096)
     resolved.pop("busy_timeout", None)  # sqlite3's timeout= sets it
-    return Settings(resolved, float(timeout), every)
+    return Settings(resolved, float(timeout), every, budget)

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from .. import _profiles
 from .._errors import NestedWriteError
+from .._fair import BOUNDED
 from .._gate import FileGate, drop_after_fork
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
@@ -100,6 +101,7 @@ class Connection(sqlite3.Connection):
 
     litegate_gate: FileGate | None = None  # None: in memory, or closed
     litegate_timeout = 5.0
+    litegate_budget = BOUNDED  # the write gate's policy (fair=)
     litegate_held = False  # this connection holds the gate
     litegate_pending = False  # do_begin happened, BEGIN goes with the first statement
     litegate_read_only = False
@@ -113,6 +115,7 @@ class Connection(sqlite3.Connection):
         """Called once, right after connecting: the profile's PRAGMAs, the
         file's gate and background checkpointer (none for ``:memory:``)."""
         self.litegate_timeout = settings.timeout
+        self.litegate_budget = settings.budget
         if path is not None:
             _profiles.apply(self, settings.pragmas, writer=True)
             gate = FileGate.open(path)
@@ -252,7 +255,7 @@ class Connection(sqlite3.Connection):
     def litegate_take(self, statement: str) -> None:
         gate = self.litegate_gate
         assert gate is not None
-        if not gate.acquire(self.litegate_timeout):
+        if not gate.acquire(self.litegate_timeout, self.litegate_budget):
             raise gate_timeout(statement, timeout_message(gate, self.litegate_timeout))
         self.litegate_held = True
 
@@ -365,12 +368,13 @@ def gate_path(database: str, uri: bool) -> str | None:
 def connect(database: str, **kwargs: Any) -> Connection:
     """``sqlite3.connect`` for ``sqlite+litegate``: what the dialect opens,
     and what a ``creator=`` (or ``async_creator=``) must return. Takes
-    litegate's ``profile`` and ``pragmas`` besides sqlite3's own arguments;
+    litegate's ``profile``, ``pragmas`` and ``fair`` (the write gate's policy,
+    as ``litegate.connect`` takes it) besides sqlite3's own arguments;
     ``timeout`` is both the gate's wait and sqlite3's busy timeout. A file
     database's connection may be used from any thread (one at a time), as
     SQLAlchemy's pool does."""
     settings = resolve(kwargs.pop("profile", DEFAULT_PROFILE), kwargs.pop("pragmas", None),
-                       kwargs.get("timeout"))  # fmt: skip
+                       kwargs.get("timeout"), kwargs.pop("fair", True))  # fmt: skip
     kwargs["timeout"] = settings.timeout
     path = gate_path(database, bool(kwargs.get("uri")))
     kwargs.setdefault("check_same_thread", path is None)

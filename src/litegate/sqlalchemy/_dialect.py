@@ -72,7 +72,10 @@ class LitegateDialect(SQLiteDialect_pysqlite):
         query = dict(url.query)
         profile = query.pop("profile", None)
         pragmas = query.pop("pragmas", None)
+        fair = query.pop("fair", None)
         args, opts = super().create_connect_args(url.set(query=query))
+        if fair is not None:
+            opts["fair"] = fair
         if profile is not None:
             opts["profile"] = profile
         if pragmas is not None:
@@ -80,7 +83,12 @@ class LitegateDialect(SQLiteDialect_pysqlite):
                 raise ConfigError("give ?pragmas= once, as NAME=VALUE items separated by commas")
             opts["pragmas"] = parse_pragmas(pragmas)
         # connect_args may still override these; checked again on connect
-        resolve(opts.get("profile", DEFAULT_PROFILE), opts.get("pragmas"), opts.get("timeout"))
+        resolve(
+            opts.get("profile", DEFAULT_PROFILE),
+            opts.get("pragmas"),
+            opts.get("timeout"),
+            opts.get("fair", True),
+        )
         return args, opts
 
     def on_connect(self) -> Callable[[DBAPIConnection], None]:

@@ -324,6 +324,8 @@ def test_pragmas_profile_and_timeout_from_the_url_and_connect_args(tmp_path: Pat
         ("?timeout=0", {}, "timeout must be a number of seconds greater than zero"),
         ("", {"pragmas": ["synchronous"]}, "pragmas must be a mapping"),
         ("", {"timeout": "soon"}, "timeout must be a number"),
+        ("?fair=fifo", {}, r"fair must be True .* got 'fifo' \(in a URL: \?fair=true"),
+        ("", {"fair": 2}, "fair must be True"),
     ],
 )
 def test_bad_settings_are_typed_errors(tmp_path: Path, url: str, connect_args: dict[str, object],
@@ -405,3 +407,50 @@ def test_a_begin_of_the_callers_own_opens_the_transaction(engine: Engine) -> Non
     assert not held(engine)
     recipe.dispose()
     assert whos(engine) == ["exclusive", "recipe"]
+
+
+def test_fair_sets_the_write_gates_policy_sync_and_asyncio(tmp_path: Path) -> None:
+    """?fair= (or connect_args) is the gate's policy, as connect(fair=...)
+    takes it; the grant log records each grant's budget."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from litegate import _grantlog
+
+    def budgets(name: str, write: Callable[[str], None]) -> set[tuple[int, int]]:
+        folder = str(tmp_path / f"grants-{name}")
+        before = _grantlog.active()
+        _grantlog.enable(folder)
+        try:
+            write(str(tmp_path / f"{name}.db"))
+        finally:
+            _grantlog.enable(before.folder if before is not None else None)
+        grants = _grantlog.read(folder)
+        assert grants, name
+        return {(g.overtakes, g.budget_us) for g in grants}
+
+    def sync(url_tail: str, **connect_args: object) -> Callable[[str], None]:
+        def write(path: str) -> None:
+            engine = create_engine(
+                f"sqlite+litegate:///{path}{url_tail}", connect_args=connect_args
+            )
+            with engine.begin() as conn:
+                conn.exec_driver_sql("CREATE TABLE t (x)")
+            engine.dispose()
+
+        return write
+
+    def on_asyncio(path: str) -> None:
+        async def main() -> None:
+            engine = create_async_engine(f"sqlite+litegate:///{path}?fair=strict")
+            async with engine.begin() as conn:
+                await conn.exec_driver_sql("CREATE TABLE t (x)")
+            await engine.dispose()
+
+        asyncio.run(main())
+
+    assert budgets("url", sync("?fair=strict")) == {(0, 0)}
+    assert budgets("default", sync("")) == {(16, 2000)}
+    assert budgets("args", sync("", fair=litegate.Bounded(4, 0.5))) == {(4, 500000)}
+    assert budgets("asyncio", on_asyncio) == {(0, 0)}

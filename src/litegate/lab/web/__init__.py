@@ -126,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma-separated (all): naive, wal (django only), tuned, litegate; "
         "litegate+NAME=VALUE[+NAME=VALUE] is litegate with PRAGMAs over its profile's "
         "(a candidate default, e.g. litegate+mmap_size=134217728), or with the write "
-        "gate's policy: litegate+fair=strict (django only)",
+        "gate's policy: litegate+fair=strict",
     )
     p.add_argument(
         "--seconds", type=positive_float, default=10.0, help="hey -z per cell (10, the seed's)"
@@ -174,12 +174,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     bad = [e for e, b in base_of.items() if b not in ENGINES]
     if bad or not engines:
         raise ValueError(f"unknown engine(s) {bad}; pick from {', '.join(ENGINES)}")
-    policies = [e for e in engines if _variant.settings(e)[2] is not None]
-    if policies and "fastapi" in frameworks:
-        raise ValueError(
-            f"{', '.join(policies)}: fair= is litegate.django's OPTIONS['fair'] and runs on "
-            "the Django app only (sqlite+litegate takes no policy); add --framework django"
-        )
+    for e in engines:
+        _variant.settings(e)  # (ValueError for a policy fair= does not know)
     for f in frameworks:
         if not set(base_of.values()) & set(ENGINES_OF[f]):
             raise ValueError(

@@ -141,14 +141,9 @@ def _serve(args: argparse.Namespace) -> int:
         return _error(f"--bind must be 127.0.0.1:PORT or unix:PATH, got {bind!r}")
     engines = ENGINES[args.framework]
     try:
-        base, _pragmas, fair = _variant.settings(args.engine)
+        base = _variant.settings(args.engine)[0]
     except ValueError as exc:
         return _error(f"--engine: {exc}")
-    if fair is not None and args.framework != "django":
-        return _error(
-            f"--engine {args.engine}: fair= is litegate.django's OPTIONS['fair'], for the "
-            "django app only (sqlite+litegate takes no policy)"
-        )
     if base not in engines:
         return _error(
             f"--engine {args.engine} is not one of the {args.framework} app's: "

@@ -2,8 +2,9 @@
 configuration with PRAGMAs that override its profile's, so that a candidate
 for the default profile is measured in the same run as the default
 (``--engines tuned,litegate,litegate+mmap_size=134217728``). ``fair`` is
-not a PRAGMA but the write gate's policy (``litegate+fair=strict``, Django
-only). Each server process reads the variant back from its engine name;
+not a PRAGMA but the write gate's policy (``litegate+fair=strict``:
+litegate.django's ``OPTIONS["fair"]``, sqlite+litegate's ``fair``). Each
+server process reads the variant back from its engine name;
 nothing else changes.
 """
 
@@ -41,7 +42,8 @@ def split(engine: str) -> tuple[str, dict[str, str]]:
 
 
 # The one variant item that is litegate's setting, not a PRAGMA: the write
-# gate's policy (litegate.django's OPTIONS["fair"]), e.g. litegate+fair=strict.
+# gate's policy (litegate.django's OPTIONS["fair"], sqlite+litegate's fair
+# connect argument), e.g. litegate+fair=strict.
 FAIR: dict[str, bool | str] = {"bounded": True, "strict": "strict", "unfair": False}
 
 

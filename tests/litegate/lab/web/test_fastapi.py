@@ -324,3 +324,36 @@ def test_a_litegate_variant_sets_its_pragma_on_both_engines(tmp_path: Path) -> N
             await engines.writer.dispose()
 
     assert asyncio.run(read_back()) == [-4321, -4321]
+
+
+def test_a_fair_variant_sets_the_gates_policy(tmp_path: Path) -> None:
+    """``litegate+fair=strict`` reaches sqlite+litegate's ``fair``: the
+    grant log records the strict budget of the app's writes."""
+    import asyncio
+
+    from sqlalchemy import text
+
+    from litegate import _grantlog
+    from litegate.lab.web.fastapi_app.engines import make
+
+    path = str(tmp_path / "f.db")
+    sqlite3.connect(path).execute("PRAGMA journal_mode = wal").close()
+
+    async def write() -> None:
+        engines = make("litegate+fair=strict", path)
+        try:
+            async with engines.writer.begin() as conn:
+                await conn.execute(text("CREATE TABLE t (x)"))
+        finally:
+            await engines.writer.dispose()
+
+    folder = str(tmp_path / "grants")
+    before = _grantlog.active()
+    _grantlog.enable(folder)
+    try:
+        asyncio.run(write())
+    finally:
+        _grantlog.enable(before.folder if before is not None else None)
+    grants = _grantlog.read(folder)
+    assert grants
+    assert {(g.overtakes, g.budget_us) for g in grants} == {(0, 0)}

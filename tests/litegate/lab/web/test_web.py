@@ -199,9 +199,6 @@ def test_serve_refuses_other_hosts_and_missing_files(
     assert "--threads is for django" in capsys.readouterr().err
     assert main(["web", "serve", str(db), "--engine", "litegate+fair=fifo"]) == 2
     assert "fair=fifo is not a policy" in capsys.readouterr().err
-    assert main(["web", "serve", str(db), "--framework", "fastapi", "--engine",
-                 "litegate+fair=strict"]) == 2  # fmt: skip
-    assert "for the django app only" in capsys.readouterr().err
     assert main(["web", "serve", str(db), "--framework", "flask"]) == 2
     assert "invalid choice: 'flask'" in capsys.readouterr().err
 
@@ -217,7 +214,6 @@ def test_serve_refuses_other_hosts_and_missing_files(
         (["--engines", "litegate+mmap_size"], "'mmap_size' is not NAME=VALUE"),
         (["--engines", "litegate+mmap_size=1;DROP"], "is not NAME=VALUE"),
         (["--engines", "litegate+fair=fifo"], "fair=fifo is not a policy; pick from bounded"),
-        (["--engines", "litegate+fair=strict"], "runs on the Django app only"),
     ],
 )
 def test_bench_web_refuses_bad_options(
@@ -243,7 +239,7 @@ def test_engine_variants_name_their_pragmas() -> None:
     cfg = bench.config_from_args(
         parser.parse_args(["--engines", "litegate+mmap_size=1,tuned,litegate"])
     )
-    # the write gate's policy is litegate.django's OPTIONS["fair"], not a PRAGMA
+    # the write gate's policy is a setting (OPTIONS["fair"], connect_args), not a PRAGMA
     assert _variant.settings("litegate+fair=strict+mmap_size=1") == (
         "litegate", {"mmap_size": "1"}, "strict"
     )  # fmt: skip
@@ -253,6 +249,10 @@ def test_engine_variants_name_their_pragmas() -> None:
     options = database("litegate+fair=strict", "x.db")["OPTIONS"]
     assert options == {"timeout": 5, "fair": "strict"}
     assert "fair" not in database("litegate", "x.db")["OPTIONS"]
+    both = bench.config_from_args(
+        parser.parse_args(["--engines", "tuned,litegate,litegate+fair=strict"])
+    )
+    assert ("fastapi", "litegate+fair=strict") in both.sides()  # both apps take it
     # each variant right after the configuration it varies, for both apps
     assert cfg.sides() == [
         ("django", "tuned"), ("django", "litegate"), ("django", "litegate+mmap_size=1"),

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from .._variant import split
+from .._variant import settings
 from . import ENGINES
 
 TIMEOUT = 5.0  # seconds; the busy timeout (naive: the driver's default) or gate timeout
@@ -81,7 +81,7 @@ def _recipe(engine: AsyncEngine, begin: str) -> AsyncEngine:
 def make(engine: str, path: str) -> Engines:
     """The engines of one configuration for the database file ``path`` (or
     a variant: ``litegate+NAME=VALUE``, see ``_variant``)."""
-    engine, pragmas = split(engine)
+    engine, pragmas, fair = settings(engine)
     if engine == "naive":
         naive = create_async_engine(f"sqlite+aiosqlite:///{path}")
         return Engines(writer=naive, reader=naive)
@@ -95,7 +95,11 @@ def make(engine: str, path: str) -> Engines:
     if engine == "litegate":
         writer = create_async_engine(
             f"sqlite+litegate:///{path}",
-            connect_args={"timeout": TIMEOUT, **({"pragmas": pragmas} if pragmas else {})},
+            connect_args={
+                "timeout": TIMEOUT,
+                **({"pragmas": pragmas} if pragmas else {}),
+                **({"fair": fair} if fair is not None else {}),
+            },
         )
         return Engines(writer=writer, reader=writer.execution_options(litegate_read_only=True))
     raise ValueError(f"unknown engine {engine!r}; pick one of {', '.join(ENGINES)}")
