@@ -21,10 +21,12 @@ that grant): ::
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import NamedTuple
 
 _ENV = "LITEGATE_GRANT_LOG"
@@ -81,6 +83,18 @@ def enable(folder: str | None) -> None:
 
 def active() -> _Log | None:
     return _LOG
+
+
+@contextlib.contextmanager
+def logging_to(folder: str) -> Iterator[None]:
+    """Log grants into ``folder`` within the block (child processes started
+    in it inherit it), then go back to the log the caller had, if any."""
+    before = _LOG
+    enable(folder)
+    try:
+        yield
+    finally:
+        enable(before.folder if before is not None else None)
 
 
 def record(

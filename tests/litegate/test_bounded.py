@@ -45,11 +45,8 @@ SLACK_NS = 250_000_000
 @pytest.fixture
 def grant_log(tmp_path: Path) -> Iterator[str]:
     folder = str(tmp_path / "grants")
-    _grantlog.enable(folder)
-    try:
+    with _grantlog.logging_to(folder):
         yield folder
-    finally:
-        _grantlog.enable(None)
 
 
 def check_log(grants: list[Grant]) -> dict[str, int]:
@@ -112,6 +109,23 @@ def test_the_grant_log_holds_the_bounds_after_a_stress_run(
     assert len({g.pid for g in grants}) == procs
     if fair == "strict":
         assert seen["worst_overtakes"] <= 1  # strict: a head is never passed (but the race)
+
+
+def test_logging_to_goes_back_to_the_callers_log(tmp_path: Path) -> None:
+    outer, inner = str(tmp_path / "outer"), str(tmp_path / "inner")
+
+    def folder() -> str | None:
+        log = _grantlog.active()
+        assert os.environ.get("LITEGATE_GRANT_LOG") == (None if log is None else log.folder)
+        return None if log is None else log.folder
+
+    before = folder()
+    with _grantlog.logging_to(outer):
+        assert folder() == outer  # (children started here inherit it)
+        with _grantlog.logging_to(inner):
+            assert folder() == inner
+        assert folder() == outer  # the caller's log, switched back on
+    assert folder() == before
 
 
 def test_the_checks_measure_a_clean_log() -> None:

@@ -105,9 +105,7 @@ def test_the_checkpointers_turn_takes_the_gate_in_line(tmp_path: Path) -> None:
     from litegate import _grantlog
 
     folder = str(tmp_path / "grants")
-    before = _grantlog.active()
-    _grantlog.enable(folder)
-    try:
+    with _grantlog.logging_to(folder):
         db = litegate.connect(
             str(tmp_path / "strict.db"), fair="strict", pragmas={"wal_autocheckpoint": 10}
         )
@@ -118,8 +116,6 @@ def test_the_checkpointers_turn_takes_the_gate_in_line(tmp_path: Path) -> None:
             i += 1
             assert i < 200_000, "no gated checkpoint turn came"
         db.close()
-    finally:
-        _grantlog.enable(before.folder if before is not None else None)
     grants = _grantlog.read(folder)
     assert len(grants) >= i + 3  # CREATE, every insert, and the two turns at least
     assert {(g.overtakes, g.budget_us) for g in grants} == {(0, 0)}

@@ -27,7 +27,7 @@ import os
 import sqlite3
 import struct
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
 from typing import Any
 
 from ._procs import reap
@@ -169,24 +169,15 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
             for _ in range(procs)
         ]
         folder = os.path.join(d, "grants")
-        before = _grantlog.active()  # (a log of the caller's own, switched back on after)
-        if logged:
-            _grantlog.enable(folder)  # (the children inherit it through the environment)
-        try:
+        # (the children inherit the log through the environment)
+        with _grantlog.logging_to(folder) if logged else nullcontext():
             for p in ps:
                 p.start()
-        finally:
-            if logged:
-                _grantlog.enable(before.folder if before is not None else None)
         got = [out.get(timeout=seconds + 120) for _ in ps]
         reap(ps, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:
             committed = int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
-        counters = None
-        if _is_litegate(side):
-            from litegate._filelock import read_counters
-
-            counters = read_counters(path + "-litegate")
+        counters = gate_counters(path) if _is_litegate(side) else None
         checked = _grantlog.check(_grantlog.read(folder)) if logged else None
     counts = [n for _pid, n, _lat in got]
     lat = [float(x) for _pid, _n, lats in got for x in lats]

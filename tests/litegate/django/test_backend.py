@@ -465,7 +465,6 @@ def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
     from litegate import _grantlog
     from litegate.django import SettingsError
 
-    before = _grantlog.active()
     for fair, budget in (
         ("strict", (0, 0)),
         (True, (16, 2000)),
@@ -473,8 +472,7 @@ def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
     ):
         folder = str(tmp_path / f"grants-{fair}")
         path = str(tmp_path / f"{fair}.db")
-        _grantlog.enable(folder)
-        try:
+        with _grantlog.logging_to(folder):
             conn = wrapper_for(path, {"fair": fair})
             try:
                 with conn.cursor() as cur:
@@ -482,8 +480,6 @@ def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
                     cur.execute("INSERT INTO t VALUES (1)")
             finally:
                 conn.close()
-        finally:
-            _grantlog.enable(before.folder if before is not None else None)
         grants = _grantlog.read(folder)
         assert len(grants) == 2, fair  # one per autocommit write
         assert {(g.overtakes, g.budget_us) for g in grants} == {budget}, fair

@@ -420,12 +420,8 @@ def test_fair_sets_the_write_gates_policy_sync_and_asyncio(tmp_path: Path) -> No
 
     def budgets(name: str, write: Callable[[str], None]) -> set[tuple[int, int]]:
         folder = str(tmp_path / f"grants-{name}")
-        before = _grantlog.active()
-        _grantlog.enable(folder)
-        try:
+        with _grantlog.logging_to(folder):
             write(str(tmp_path / f"{name}.db"))
-        finally:
-            _grantlog.enable(before.folder if before is not None else None)
         grants = _grantlog.read(folder)
         assert grants, name
         return {(g.overtakes, g.budget_us) for g in grants}

@@ -287,15 +287,10 @@ def run_cell(
             )
             for role in cell.roles
         ]
-        caller_log = _grantlog.active()  # (a log of the caller's own, switched back on after)
-        if logged:
-            _grantlog.enable(folder)  # (the children inherit it through the environment)
-        try:
+        # (the children inherit the log through the environment)
+        with _grantlog.logging_to(folder) if logged else contextlib.nullcontext():
             for p in procs:
                 p.start()
-        finally:
-            if logged:
-                _grantlog.enable(caller_log.folder if caller_log is not None else None)
         sampler: Sampler = (
             DbSizeSampler(path, interval)
             if cfg.backend == "postgres"

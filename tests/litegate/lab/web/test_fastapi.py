@@ -348,12 +348,8 @@ def test_a_fair_variant_sets_the_gates_policy(tmp_path: Path) -> None:
             await engines.writer.dispose()
 
     folder = str(tmp_path / "grants")
-    before = _grantlog.active()
-    _grantlog.enable(folder)
-    try:
+    with _grantlog.logging_to(folder):
         asyncio.run(write())
-    finally:
-        _grantlog.enable(before.folder if before is not None else None)
     grants = _grantlog.read(folder)
     assert grants
     assert {(g.overtakes, g.budget_us) for g in grants} == {(0, 0)}
