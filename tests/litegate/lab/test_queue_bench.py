@@ -6,6 +6,7 @@ the n/a cells and the report's shape, never about speed."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing as mp
 import sqlite3
@@ -194,18 +195,11 @@ def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> No
 
 
 def test_grant_log_checks_the_bounds_of_each_litegate_cell() -> None:
-    cfg = Config(
+    cfg = dataclasses.replace(
+        TINY,
         scenarios=("stress", "e2e"),
         sides=("bare", "litegate", "litegate-bounded"),
-        profiles=("balanced",),
-        stress_workers=(2,),
-        stress_seconds=0.3,
         e2e_jobs=200,
-        e2e_producers=2,
-        e2e_workers=2,
-        e2e_threads=2,
-        batch=20,
-        cell_timeout=30.0,
         grant_log=True,
     )
     caller = _grantlog.active()
@@ -374,18 +368,13 @@ def test_quick_plans_the_bounded_side_in_the_e2e_rows_only() -> None:
 
 
 def test_an_e2e_only_side_runs_and_is_reported_in_the_e2e_rows() -> None:
-    cfg = Config(
+    cfg = dataclasses.replace(
+        TINY,
         scenarios=("single", "e2e"),
         sides=("seed", "litegate", "litegate-bounded"),
         e2e_only_sides=("litegate-bounded",),
-        profiles=("balanced",),
         single_puts=20,
         e2e_jobs=200,
-        e2e_producers=2,
-        e2e_workers=2,
-        e2e_threads=2,
-        batch=20,
-        cell_timeout=30.0,
     )
     result = bench.run(cfg)
     assert {r["side"] for r in _cells(result, "single")} == {"seed", "litegate"}
