@@ -8,7 +8,7 @@ HEY    := .tools/bin/hey
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,14 @@ test-durability: $(STAMP) fuse
 	$(PY) -c "import json, sys; r = json.load(open('results/durability/durability.json')); \
 		bad = [t for t in r['targets'] if not t['met']]; \
 		[print('MISSED:', t['target'], '--', t['value']) for t in bad]; sys.exit(1 if bad else 0)"
+
+# The chaos soak of the write gate (tests/litegate/soak.py; make test runs 8 s
+# of it): workers of every policy, fork and spawn, SIGKILLed and SIGSTOPped
+# wherever they are; fails on a stall, a hang, an acknowledged write lost or a
+# broken bound in the grant log (5 minutes; SOAK_SECONDS=N for longer).
+SOAK_SECONDS ?= 300
+soak: $(STAMP)
+	$(PY) -m tests.litegate.soak --seconds $(SOAK_SECONDS)
 
 # Django's own test suite (issue 8's label set, ~3,900 tests) against
 # litegate.django and the stock sqlite3 engine in the same run, with Django's

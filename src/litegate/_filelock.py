@@ -513,12 +513,22 @@ class ProcessLock:
         """As the head: wait for the gate. False on timeout."""
         table, slot = self._map, t % SLOTS
         rec = self._record(t)
-        if rec[1] == HEAD:  # made the head by its predecessor: its clock runs since then
+        # The hint first, so that we are seen at the head as soon as our
+        # record says HEAD: a process preempted between the two would
+        # otherwise be the head by its own record (and clock) while bargers,
+        # finding the hint on a ticket gone, saw nobody waiting and
+        # overtook it past its budget.
+        self._words[_H_HEAD >> 3] = t + 1
+        if rec[1] == HEAD:
+            # made the head by its predecessor, which held the gate then and
+            # showed us at the head before it let go: our clock runs since then
             self.last_head_ns = rec[3]
         else:
+            # The record's clock starts just before it is shown (a head that
+            # waits a little longer by it is handed the gate a little sooner);
+            # the grant log's starts once it is seen, which the bounds are about.
+            self._make_head(t, time.monotonic_ns())
             self.last_head_ns = time.monotonic_ns()
-            self._make_head(t, self.last_head_ns)
-        self._words[_H_HEAD >> 3] = t + 1
         wake = self._wake
         while True:
             seen = wake.value if wake is not None else 0

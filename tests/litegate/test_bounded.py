@@ -32,6 +32,7 @@ import pytest
 
 import litegate
 from litegate import _futex, _grantlog
+from litegate._fair import STRICT
 from litegate._filelock import ProcessLock
 from litegate._grantlog import Grant
 from tests.conftest import wait_until
@@ -313,6 +314,47 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
     assert a.barged == 3
     a.close()
     b.close()
+
+
+def test_a_head_is_seen_by_bargers_from_the_moment_its_clock_starts(tmp_path: Path) -> None:
+    """A sleeper that becomes the head by itself (the ticket before it gave
+    up) and is then preempted before it looks at the gate: bargers must see
+    it at the head already, or they overtake it past its budget while its
+    clock runs. The chaos soak (tests/soak) found this: a bounded process
+    took a free gate 9 times past a strict head preempted for 1.1 ms, whose
+    grant log said it had been the head all along."""
+    path = str(tmp_path / "x-litegate")
+    holder, head, barger = ProcessLock(path), ProcessLock(path), ProcessLock(path)
+    head.HEAD_CHECK_SECONDS = 60.0
+    assert holder.acquire(1, litegate.Bounded(16, 60.0))
+    assert head.acquire(0.01, STRICT) is False  # ticket 0 was the head, and gave up
+    stalled, go_on = threading.Event(), threading.Event()
+    make_head = head._make_head
+
+    def preempted_after(t: int, head_ns: int) -> None:
+        make_head(t, head_ns)  # its record says HEAD from here on ...
+        stalled.set()
+        go_on.wait(30)  # ... and the process gets no CPU for a while
+
+    head._make_head = preempted_after  # type: ignore[method-assign]
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(head.acquire(30, STRICT)))
+    waiter.start()
+    try:
+        assert stalled.wait(10)
+        seen = barger._head()
+        assert seen is not None, "the head is not visible to other processes"
+        assert seen[0] == 1
+        holder.release()  # a strict head is due at once: nobody may take the free gate
+        assert barger.try_now(litegate.Bounded(16, 60.0)) is False
+    finally:
+        go_on.set()
+        waiter.join(30)
+    assert got == [True]
+    assert head.last_head_ns >= seen[1][3]  # the grant log's clock starts once it is seen
+    head.release()
+    for lock in (holder, head, barger):
+        lock.close()
 
 
 # -- keeping the gate while idle ------------------------------------------------------------
