@@ -1,17 +1,21 @@
 """A chaos soak of the write gate across processes (``make soak``; a short run
 is part of ``make test``, in ``test_soak.py``).
 
-Worker processes, started with fork and with spawn, write to one file with
-a mix of every policy at once (``fair="strict"``, ``True``, ``False`` and a
-small ``litegate.Bounded``), from one to three threads each, through every
-write path (``db.write()`` blocks, some holding the gate a moment, some with
-timeouts short enough to give up in the line; ``db.execute``'s group commit;
-``db.transact``), plus reads. Each worker appends the id of every write that
-returned to a file of its own: those are acknowledged. Meanwhile the parent
-SIGKILLs a worker every 50-300 ms (holding the gate, queued, woken, in the
-middle of a batch: wherever it is) and starts a new one in its place, and now
-and then stops one with SIGSTOP for up to 50 ms (a process preempted at any
-step). The grant log is on throughout.
+Worker processes, started with fork and with spawn, write to one file with a
+mix of every policy at once (``fair="strict"``, ``True``, a small
+``litegate.Bounded`` and, for one worker in eight, ``False``), from one to
+three threads each, through every write path (``db.write()`` blocks, some
+holding the gate a moment, some with timeouts short enough to give up in the
+line; ``db.execute``'s group commit; ``db.transact``; now and then
+``db.checkpoint`` with the whole gate), plus reads; every other worker also
+writes from 16 asyncio tasks on a second Database of the same file
+(``litegate.aio``, cancelling some writes while they wait). Each worker
+appends the id of every write that returned to a file of its own: those are
+acknowledged. Meanwhile the parent SIGKILLs a worker every 50-300 ms
+(holding the gate, queued, woken, in the middle of a batch: wherever it is)
+and starts a new one in its place, and now and then stops one with SIGSTOP
+for up to 50 ms (a process preempted at any step). The grant log is on
+throughout.
 
 What it asserts, at the end or as soon as it sees it:
 
@@ -35,6 +39,7 @@ Run it longer by hand: ``python -m tests.litegate.soak --seconds 600``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import glob
 import multiprocessing as mp
@@ -52,13 +57,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import litegate
+import litegate.aio
 from litegate import _filelock, _grantlog
 
-# Every policy on one file at once; worker w gets POLICIES[w % 4].
-POLICIES: tuple[Any, ...] = ("strict", True, False, litegate.Bounded(4, 0.001))
+# Every policy on one file at once; worker w gets POLICIES[w % 8]. One in
+# eight is unfair (``fair=False``, the lab's): a head of that policy is never
+# handed the gate, so while it waits the holder's process keeps the gate for
+# as long as its own threads want it, and everyone behind waits too (seconds,
+# measured here). So that the soak still tests hand-offs, the unfair worker
+# gives up every wait after UNFAIR_TIMEOUT.
+POLICIES: tuple[Any, ...] = (
+    "strict", True, litegate.Bounded(4, 0.001), True, "strict", litegate.Bounded(4, 0.001),
+    True, False,
+)  # fmt: skip
 # The grant log's time bounds get this much slack: a worker stopped for up to
 # 50 ms holds the gate (or is handed it) that long, and 2 busy cores add more.
 SLACK_NS = 250_000_000
+UNFAIR_TIMEOUT = 0.05
 _INSERT = "INSERT INTO acks(w, inc, seq) VALUES (?, ?, ?)"
 
 
@@ -69,11 +84,20 @@ def _insert(row: tuple[int, int, int], conn: sqlite3.Connection) -> None:
 def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, parent: int) -> None:
     """Worker ``w``'s incarnation ``inc``: write until the stop file exists
     (or the soak that started it is gone)."""
-    db = litegate.connect(path, timeout=60, fair=POLICIES[w % len(POLICIES)])
+    fair = POLICIES[w % len(POLICIES)]
+    limit = UNFAIR_TIMEOUT if fair is False else 60.0
+    db = litegate.connect(path, timeout=limit, fair=fair)
     fd = os.open(
         os.path.join(folder, f"acks-{w}-{inc}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
     stop = os.path.join(folder, "stop")
+
+    def on_loop(k: int) -> None:
+        try:
+            asyncio.run(tasks(k))
+        except BaseException:
+            with open(os.path.join(folder, f"errors-{w}-{inc}.txt"), "a") as f:
+                f.write(traceback.format_exc())
 
     def body(k: int) -> None:
         try:
@@ -102,14 +126,52 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
                 elif x < 0.85:  # gives up in the line, most of the time
                     with db.write(timeout=0.0005) as conn:
                         conn.execute(_INSERT, (w, inc, seq))
-                else:
+                elif x < 0.995:
                     db.query("SELECT count(*) FROM acks WHERE w = ?", (w,))
+                    continue
+                else:  # maintenance takes the whole gate, the checkpointer's turn too
+                    db.checkpoint(rnd.choice(["PASSIVE", "RESTART", "TRUNCATE"]), timeout=0.05)
                     continue
             except litegate.WriteTimeout:
                 continue
             os.write(fd, b"%d\n" % seq)  # acknowledged: the write returned
 
+    async def tasks(k: int) -> None:
+        """Odd workers also write from asyncio tasks (a second Database on
+        the file in the same process, so one gate for both), cancelling some
+        writes while they wait."""
+        adb = await litegate.aio.connect(path, timeout=limit, fair=fair)
+
+        async def task(j: int) -> None:
+            rnd = random.Random(seed * 100 + k * 1000 + j)
+            n = 0
+            while not os.path.exists(stop) and os.getppid() == parent:
+                n += 1
+                seq = k * 1_000_000_000 + j * 10_000_000 + n
+                x = rnd.random()
+                try:
+                    if x < 0.4:
+                        await adb.execute(_INSERT, (w, inc, seq), timeout=rnd.choice([None, 0.005]))
+                    elif x < 0.7:
+                        async with adb.write(timeout=rnd.choice([None, 0.01])) as tx:
+                            await tx.execute(_INSERT, (w, inc, seq))
+                    elif x < 0.9:  # cancelled wherever it is: then it counts as not written
+                        await asyncio.wait_for(adb.execute(_INSERT, (w, inc, seq)), 0.001)
+                    else:
+                        await adb.query("SELECT count(*) FROM acks WHERE w = ?", (w,))
+                        continue
+                except (litegate.WriteTimeout, asyncio.TimeoutError):
+                    continue
+                os.write(fd, b"%d\n" % seq)
+
+        try:
+            await asyncio.gather(*(task(j) for j in range(16)))
+        finally:
+            await adb.close()
+
     ts = [threading.Thread(target=body, args=(k,)) for k in range(threads)]
+    if w % 2:
+        ts.append(threading.Thread(target=lambda: on_loop(threads)))
     for t in ts:
         t.start()
     for t in ts:
@@ -139,7 +201,9 @@ class SoakResult:
             f"{c.get('overlaps', '-')} overlaps, {c.get('out_of_order', '-')} out of ticket "
             f"order, {c.get('over_overtakes', '-')} heads overtaken past their count, "
             f"{c.get('over_budget', '-')} past their time (+{SLACK_NS // 1_000_000} ms), "
-            f"{c.get('free_gaps', '-')} free gaps; "
+            f"{c.get('free_gaps', '-')} free gaps (worst wait past a time budget "
+            f"{c.get('worst_over_budget_ns', 0) / 1e6:.1f} ms, worst free gap "
+            f"{c.get('worst_free_gap_ns', 0) / 1e6:.1f} ms); "
             + ("OK" if not self.problems else "PROBLEMS: " + "; ".join(self.problems))
         )
 
