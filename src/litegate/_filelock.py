@@ -353,6 +353,8 @@ class ProcessLock:
         ``H_HEAD`` names the last ticket that became the head by itself (each
         head writes it once, before it can get the gate, so it only grows;
         nobody clears it: a hint whose record is no longer HEAD means nobody).
+        A sleeper that makes itself the head writes it before its record says
+        HEAD, so no one sees that record without the hint that finds it.
         When that head has just taken the gate, it has already marked its
         successor's record HEAD (the successor takes a moment to wake up and
         say so itself): that one is the head meanwhile."""
