@@ -320,7 +320,7 @@ def test_a_head_is_seen_by_bargers_from_the_moment_its_clock_starts(tmp_path: Pa
     """A sleeper that becomes the head by itself (the ticket before it gave
     up) and is then preempted before it looks at the gate: bargers must see
     it at the head already, or they overtake it past its budget while its
-    clock runs. The chaos soak (tests/soak) found this: a bounded process
+    clock runs. The chaos soak (soak.py) found this: a bounded process
     took a free gate 9 times past a strict head preempted for 1.1 ms, whose
     grant log said it had been the head all along."""
     path = str(tmp_path / "x-litegate")
