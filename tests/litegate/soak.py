@@ -49,7 +49,6 @@ import signal
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from contextlib import closing
@@ -59,6 +58,7 @@ from typing import Any
 import litegate
 import litegate.aio
 from litegate import _filelock, _grantlog
+from tests.litegate.workers import on_threads
 
 # Every policy on one file at once; worker w gets POLICIES[w % 8]. One in
 # eight is unfair (``fair=False``, the lab's): a head of that policy is never
@@ -92,24 +92,26 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
     )
     stop = os.path.join(folder, "stop")
 
-    def on_loop(k: int) -> None:
-        try:
-            asyncio.run(tasks(k))
-        except BaseException:
-            with open(os.path.join(folder, f"errors-{w}-{inc}.txt"), "a") as f:
-                f.write(traceback.format_exc())
+    def running() -> bool:
+        return not os.path.exists(stop) and os.getppid() == parent
 
     def body(k: int) -> None:
+        """Thread k: writes, or for the last thread of an odd worker, the
+        asyncio tasks. Anything but a timeout is a finding: the parent
+        reports it."""
         try:
-            write(k)
-        except BaseException:  # anything but a timeout is a finding: the parent reports it
+            if k < threads:
+                write(k)
+            else:
+                asyncio.run(tasks(k))
+        except BaseException:
             with open(os.path.join(folder, f"errors-{w}-{inc}.txt"), "a") as f:
                 f.write(traceback.format_exc())
 
     def write(k: int) -> None:
         rnd = random.Random(seed * 100 + k)
         n = 0
-        while not os.path.exists(stop) and os.getppid() == parent:
+        while running():
             n += 1
             seq = k * 1_000_000_000 + n
             x = rnd.random()
@@ -145,7 +147,7 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
         async def task(j: int) -> None:
             rnd = random.Random(seed * 100 + k * 1000 + j)
             n = 0
-            while not os.path.exists(stop) and os.getppid() == parent:
+            while running():
                 n += 1
                 seq = k * 1_000_000_000 + j * 10_000_000 + n
                 x = rnd.random()
@@ -169,13 +171,7 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
         finally:
             await adb.close()
 
-    ts = [threading.Thread(target=body, args=(k,)) for k in range(threads)]
-    if w % 2:
-        ts.append(threading.Thread(target=lambda: on_loop(threads)))
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    on_threads(threads + w % 2, body)
     db.close()
     os.close(fd)
 
