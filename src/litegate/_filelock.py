@@ -72,6 +72,10 @@ _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overta
 _SLOT_SIZE = _SLOT.size
 _SIZE = _HEADER + SLOTS * _SLOT_SIZE
 _U64 = struct.Struct("<Q")
+# the same fields as indexes into the table viewed as u64 words: a hot path
+# reads one with a single subscript instead of a struct call
+_W_HEAD = _H_HEAD >> 3
+_W_IDLE = _H_IDLE >> 3
 _MUTEX = 0
 _GATE = 1 << 31  # lock-only offsets past the data: they need no bytes
 _SLOT_LOCK_BASE = 1 << 32
@@ -85,6 +89,8 @@ STATE_NAMES = {
     ABANDONED: "abandoned",
     HEAD: "head",
 }
+# what ProcessLock.pass_on() found
+NOBODY, PASSED, DUE = 0, 1, 2
 _TICKET_LIMIT = 1 << 62  # a counter at or past this was not written by litegate
 
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
@@ -358,7 +364,7 @@ class ProcessLock:
         When that head has just taken the gate, it has already marked its
         successor's record HEAD (the successor takes a moment to wake up and
         say so itself): that one is the head meanwhile."""
-        h = _U64.unpack_from(self._map, _H_HEAD)[0]
+        h = self._words[_W_HEAD]
         if h == 0:
             return None
         t = h - 1
@@ -392,9 +398,42 @@ class ProcessLock:
         overtakes the head waiter, if any (counts against its budget)."""
         head = self._head()
         if head is not None:
-            off = _HEADER + (head[0] % SLOTS) * _SLOT_SIZE + 32
-            self._halves[off >> 2] = (head[1][4] + 1) & 0xFFFFFFFF
-            _bump(self._words, _H_BARGES)
+            self._overtake(head[0], head[1][4])
+
+    def _overtake(self, t: int, overtaken: int) -> None:
+        """Count one more overtake against head ``t`` (seen overtaken so
+        far ``overtaken`` times; only the gate's holder writes the count)."""
+        off = _HEADER + (t % SLOTS) * _SLOT_SIZE + 32
+        self._halves[off >> 2] = (overtaken + 1) & 0xFFFFFFFF
+        _bump(self._words, _H_BARGES)
+
+    def pass_on(self) -> int:
+        """We hold the gate (kept idle, or for our threads) and one of our
+        threads wants it for another transaction:
+
+        - NOBODY: nobody of another process waits, so it is ours. A gate
+          kept idle stays marked so while its transactions run (a ring
+          meanwhile only makes our keeper look, and the release that follows
+          sees the waiter and lets go), so a loop of lone transactions
+          writes nothing to the shared table;
+        - PASSED: it is ours past the head waiter, and that counts against
+          the head's budget;
+        - DUE: the head's budget is spent; the full path hands it over.
+
+        :meth:`head_due` and :meth:`note_overtake` in one look at the head,
+        for the hot path."""
+        if not self._words[_W_HEAD]:
+            return NOBODY
+        head = self._head()
+        if head is None:
+            return NOBODY
+        if self.idle:
+            self.busy_again()
+        t, rec = head
+        if self._due(rec, time.monotonic_ns()):
+            return DUE
+        self._overtake(t, rec[4])
+        return PASSED
 
     # -- acquire ----------------------------------------------------------------
     def acquire(self, timeout: float | None, budget: Budget = BOUNDED) -> bool:
@@ -437,8 +476,7 @@ class ProcessLock:
         shortcut: the decision is made again with the gate held, where no
         other barger can change the head's count meanwhile, so a head is
         never overtaken more than its budget allows."""
-        m = self._map
-        if _U64.unpack_from(m, _H_HEAD)[0]:  # someone may wait: look at their budget
+        if self._words[_W_HEAD]:  # someone may wait: look at their budget
             head = self._head()
             if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
                 return False
@@ -446,7 +484,7 @@ class ProcessLock:
             fcntl.fcntl(self._fd, _SETLK, _GATE_LOCK)
         except OSError:
             return False
-        if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
+        if not self._words[_W_HEAD]:  # nobody waits: the common case
             self._held = True
             _bump(self._words, _H_GRANTS)
             return True
@@ -513,14 +551,14 @@ class ProcessLock:
 
     def _wait_gate(self, t: int, deadline: float) -> bool:
         """As the head: wait for the gate. False on timeout."""
-        table, slot = self._map, t % SLOTS
+        slot = t % SLOTS
         rec = self._record(t)
         # The hint first, so that we are seen at the head as soon as our
         # record says HEAD: a process preempted between the two would
         # otherwise be the head by its own record (and clock) while bargers,
         # finding the hint on a ticket gone, saw nobody waiting and
         # overtook it past its budget.
-        self._words[_H_HEAD >> 3] = t + 1
+        self._words[_W_HEAD] = t + 1
         if rec[1] == HEAD:
             # made the head by its predecessor, which held the gate then and
             # showed us at the head before it let go: our clock runs since then
@@ -543,7 +581,7 @@ class ProcessLock:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if _U64.unpack_from(table, _H_IDLE)[0]:  # its holder keeps it idle: ask for it
+            if self._words[_W_IDLE]:  # its holder keeps it idle: ask for it
                 self.ring()
             if wake is not None:
                 wake.wait(seen, min(left, self.HEAD_CHECK_SECONDS))
@@ -628,15 +666,6 @@ class ProcessLock:
 
     # -- release ----------------------------------------------------------------
     # -- keeping the gate while idle ----------------------------------------------
-    def resume(self) -> bool:
-        """We hold the gate (kept idle, or for our threads): take it up for a
-        transaction if nobody of another process waits; False if someone does
-        (then the full path decides). A gate kept idle stays marked so while
-        its transactions run (a ring meanwhile only makes our keeper look;
-        the release that follows sees the waiter and lets go), so a loop of
-        lone transactions writes nothing to the shared table."""
-        return self._head() is None
-
     def keep_idle_unless_due(self) -> bool:
         """Keep the gate idle if the doorbell works and nobody waits, or the
         head waiter (of another process) is still within its budget: a
@@ -645,11 +674,11 @@ class ProcessLock:
         it go when the head's budget runs out or the process stops writing
         (see ``FileGate._keep``). Not while a head without any budget
         (``fair=False``) waits: nothing would ever make the holder let go."""
-        if self._want is None or self.head_due_in() == 0:
+        if self._want is None or (self._words[_W_HEAD] and self.head_due_in() == 0):
             return False
         if not self.idle:
             self.idle = True
-            self._words[_H_IDLE >> 3] = self._pid
+            self._words[_W_IDLE] = self._pid
         return True
 
     def head_due_in(self) -> float | None:
@@ -672,7 +701,7 @@ class ProcessLock:
     def busy_again(self) -> None:
         """We take the gate we kept idle back for a transaction."""
         self.idle = False
-        self._words[_H_IDLE >> 3] = 0
+        self._words[_W_IDLE] = 0
 
     def doorbell(self) -> int:
         return self._want.value if self._want is not None else 0
@@ -696,11 +725,10 @@ class ProcessLock:
         if not self._held:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False
-        m = self._map
         if self.idle:  # whoever saw it kept idle may have rung and wait for us: wake them
             self.busy_again()
             wake = True
-        if not _U64.unpack_from(m, _H_HEAD)[0]:  # nobody waits: the common case
+        if not self._words[_W_HEAD]:  # nobody waits: the common case
             fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
             return
         head = self._head()

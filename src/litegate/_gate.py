@@ -35,7 +35,7 @@ from . import _grantlog
 from ._checkpoint import Checkpointer
 from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, QUEUED, STRICT, Budget, FairLock, QueueClosed
-from ._filelock import ProcessLock
+from ._filelock import DUE, PASSED, ProcessLock
 from ._guard import close_connection
 
 if TYPE_CHECKING:
@@ -339,9 +339,8 @@ class FileGate:
                 plock = self.plock
                 if plock.idle:
                     plock.busy_again()
-                if not plock.head_due():
+                if plock.pass_on() != DUE:  # (a head of another process passed over is counted)
                     self.cohort_passes += 1
-                    self.plock.note_overtake()  # a head of another process was passed over
                     self._ticket = -1
                     return True
                 # another process's head became due since the release that
@@ -370,14 +369,14 @@ class FileGate:
             return False
         plock = self.plock
         if self._cohort:
-            if plock.resume():  # ours already, and nobody else waits: the common case
+            # ours already: nobody else waits (the common case), or the head
+            # waiter of another process is within its budget (counted)
+            got = plock.pass_on()
+            if not got:  # NOBODY: the common case
                 self.owner = threading.get_ident()
                 return True
-            if plock.idle:
-                plock.busy_again()
-            if not plock.head_due():
+            if got == PASSED:
                 self.cohort_passes += 1
-                plock.note_overtake()
                 self.owner = threading.get_ident()
                 return True
         elif plock.try_now(budget):
