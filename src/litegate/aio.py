@@ -104,8 +104,22 @@ class _Notifier:
             _set_done(ready.popleft())
 
 
-# (when, the write's future, what expires it)
-_Deadline = tuple[float, "asyncio.Future[None]", Callable[[], None]]
+# (when, the write's future, its process state, its request): what
+# _expire_write needs, kept in the line itself rather than in a callable
+# made for every write
+_Deadline = tuple[float, "asyncio.Future[None]", Any, Request]
+
+
+def _expire_write(state: Any, req: Request, fut: asyncio.Future[None], limit: float) -> None:
+    """The timeout of an ``execute``: withdraw the write if no batch has
+    taken it yet; otherwise its batch's outcome will come, however late."""
+    if not fut.done() and state.batcher.cancel(req):
+        fut.set_exception(
+            WriteTimeout(
+                f"no write gate within {limit:g} s: the write was still queued for group "
+                "commit; raise timeout= or make write transactions shorter"
+            )
+        )
 
 
 class _Deadlines:
@@ -125,13 +139,14 @@ class _Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._at = math.inf  # when the timer fires (inf: not set)
 
-    def add(self, limit: float, fut: asyncio.Future[None], expire: Callable[[], None]) -> None:
-        """Call ``expire`` ``limit`` seconds from now unless ``fut`` is done by then."""
+    def add(self, limit: float, fut: asyncio.Future[None], state: Any, req: Request) -> None:
+        """Expire write ``req`` (:func:`_expire_write`) ``limit`` seconds from
+        now unless ``fut`` is done by then."""
         when = self._loop.time() + limit
         line = self._lines.get(limit)
         if line is None:
             line = self._lines[limit] = deque()
-        line.append((when, fut, expire))
+        line.append((when, fut, state, req))
         if when < self._at:
             self._arm(when)
 
@@ -154,9 +169,9 @@ class _Deadlines:
         for limit in list(self._lines):
             line = self._lines[limit]
             while line and (line[0][1].done() or line[0][0] <= now):
-                _when, fut, expire = line.popleft()
+                _when, fut, state, req = line.popleft()
                 if not fut.done():
-                    expire()
+                    _expire_write(state, req, fut, limit)
             if line:
                 soonest = min(soonest, line[0][0])
             else:
@@ -280,11 +295,15 @@ class AsyncDatabase:
     ) -> WriteResult:
         """One write statement, group-committed with every other waiting task
         (and thread); returns after the COMMIT that holds it."""
-        return await self._submit(sql, params, False, timeout)
+        result = (await self._submit_request(sql, params, False, timeout)).result
+        assert result is not None  # (set when there is no error)
+        return WriteResult(*result)
 
     async def executemany(self, sql: str, seq: Iterable[Params], *,
                           timeout: float | None = None) -> WriteResult:  # fmt: skip
-        return await self._submit(sql, list(seq), True, timeout)
+        result = (await self._submit_request(sql, list(seq), True, timeout)).result
+        assert result is not None
+        return WriteResult(*result)
 
     async def transact(
         self, fn: Callable[[sqlite3.Connection], T], *, timeout: float | None = None
@@ -297,13 +316,6 @@ class AsyncDatabase:
         value: T = req.value
         return value
 
-    async def _submit(
-        self, sql: str, params: Any, many: bool, timeout: float | None
-    ) -> WriteResult:
-        req = await self._submit_request(sql, params, many, timeout)
-        assert req.result is not None
-        return WriteResult(*req.result)
-
     async def _submit_request(
         self,
         sql: str,
@@ -313,7 +325,8 @@ class AsyncDatabase:
         fn: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> Request:
         state = self.sync._process_state()
-        _refuse_nested(state, "await db.transact()" if fn is not None else "await db.execute()")
+        if state.writer_owner == _ASYNC_OWNER:  # (a task holds the gate: is it this one?)
+            _refuse_nested(state, "await db.transact()" if fn else "await db.execute()")
         limit = self._limit(timeout)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
@@ -331,9 +344,7 @@ class AsyncDatabase:
         # future per write) nor a timer per write.
         timed = not math.isinf(limit)
         if timed:
-            notifier.deadlines.add(
-                limit, fut, functools.partial(self._expire, state, req, fut, limit)
-            )
+            notifier.deadlines.add(limit, fut, state, req)
         try:
             await fut
         except asyncio.CancelledError:
@@ -345,18 +356,6 @@ class AsyncDatabase:
         if req.error is not None:
             raise req.error
         return req
-
-    @staticmethod
-    def _expire(state: Any, req: Request, fut: asyncio.Future[None], limit: float) -> None:
-        """The timeout of an ``execute``: withdraw the write if no batch has
-        taken it yet; otherwise its batch's outcome will come, however late."""
-        if not fut.done() and state.batcher.cancel(req):
-            fut.set_exception(
-                WriteTimeout(
-                    f"no write gate within {limit:g} s: the write was still queued for group "
-                    "commit; raise timeout= or make write transactions shorter"
-                )
-            )
 
     def write(self, timeout: float | None = None) -> _AsyncWrite:
         """``async with db.write() as tx``: the gate and ``BEGIN IMMEDIATE`` for
