@@ -33,7 +33,7 @@ import pytest
 import litegate
 from litegate import _futex, _grantlog
 from litegate._fair import STRICT
-from litegate._filelock import ProcessLock
+from litegate._filelock import DUE, NOBODY, PASSED, ProcessLock, read_counters
 from litegate._grantlog import Grant
 from tests.conftest import wait_until
 from tests.litegate import workers
@@ -312,6 +312,61 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
     b.release()
     assert a.handoffs == 1
     assert a.barged == 3
+    a.close()
+    b.close()
+
+
+def _barges(path: str) -> int:
+    counters = read_counters(path)
+    assert counters is not None
+    return counters["barges"]
+
+
+def _overtaken(lock: ProcessLock) -> int:
+    """How many times the head waiter has been overtaken, from its record."""
+    head = lock._head()
+    assert head is not None
+    return head[1][4]
+
+
+@pytest.mark.skipif(not _futex.AVAILABLE, reason="needs futexes (the head sleeps on one)")
+def test_pass_on_counts_each_pass_against_the_head_until_it_is_due(tmp_path: Path) -> None:
+    """The holder's hot path (ProcessLock.pass_on): with nobody waiting the
+    gate is simply ours and nothing is written to the shared table; with a
+    head waiting, each pass counts one overtake against its budget (and
+    clears the idle mark), until the budget is spent; then DUE, and the
+    release hands the gate to the head."""
+    path = str(tmp_path / "x-litegate")
+    a, b = ProcessLock(path), ProcessLock(path)
+    b.HEAD_CHECK_SECONDS = 60.0  # b wakes only when handed the gate
+    budget = litegate.Bounded(3, 60.0)
+    assert a.acquire(1, budget)
+    assert a.keep_idle_unless_due()  # kept idle: the mark other processes see
+    assert a.pass_on() == NOBODY
+    assert a.idle  # nobody waits: the mark stays while our transactions run
+    assert _barges(path) == 0
+    got = threading.Event()
+
+    def head() -> None:
+        if b.acquire(30, budget):
+            got.set()
+
+    t = threading.Thread(target=head)
+    t.start()
+    wait_until(lambda: a._head() is not None, what="b at the head")
+    for n in (1, 2, 3):
+        assert a.pass_on() == PASSED
+        assert not a.idle  # a head waits: the mark is gone while we use the gate
+        assert _overtaken(a) == n
+        assert _barges(path) == n
+    assert a.pass_on() == DUE  # overtaken 3 times: the budget is spent
+    assert _overtaken(a) == 3  # (DUE counts nothing)
+    assert not got.is_set()
+    a.release()  # hands over
+    assert got.wait(10)
+    t.join()
+    assert a.handoffs == 1
+    b.release()
     a.close()
     b.close()
 
