@@ -102,6 +102,10 @@ class _Notifier:
         ready = self._ready
         while ready:
             _set_done(ready.popleft())
+        # Once per burst, not once per write: the answered writes leave the
+        # deadline lines (a write cancelled or timed out leaves at the next
+        # burst or when the timer fires).
+        self.deadlines.settle()
 
 
 # (when, the write's future, its process state, its request): what
@@ -128,9 +132,10 @@ class _Deadlines:
 
     The loop's clock only grows, so writes submitted with the same limit
     fall due in the order they came: each limit's writes wait in a FIFO, the
-    timer is set for the earliest head, and a write that has its answer is
-    dropped from the head of its line as the answer arrives (answers come
-    in about the order writes were queued, so the lines stay short). Only
+    timer is set for the earliest head, and the writes that have their
+    answers are dropped from the heads of their lines as each burst of
+    answers arrives (answers come in about the order writes were queued,
+    so the lines stay short). Only
     the loop's thread touches this."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -150,11 +155,11 @@ class _Deadlines:
         if when < self._at:
             self._arm(when)
 
-    def settled(self, limit: float) -> None:
-        """A write with this limit has its answer: drop the answered heads."""
-        line = self._lines.get(limit)
-        while line and line[0][1].done():
-            line.popleft()
+    def settle(self) -> None:
+        """Answers came: drop the answered heads of every line."""
+        for line in self._lines.values():
+            while line and line[0][1].done():
+                line.popleft()
 
     def _arm(self, when: float) -> None:
         if self._timer is not None:
@@ -342,17 +347,13 @@ class AsyncDatabase:
             raise Closed(f"database {self.sync.path!r} is closed") from None
         # The loop's one deadline timer, not asyncio.wait_for (a task and a
         # future per write) nor a timer per write.
-        timed = not math.isinf(limit)
-        if timed:
-            notifier.deadlines.add(limit, fut, state, req)
+        if not math.isinf(limit):
+            notifier.deadlines.add(limit, fut, state, req)  # (answered: the notifier settles it)
         try:
             await fut
         except asyncio.CancelledError:
             state.batcher.cancel(req)  # withdrawn if still queued; else it goes with its batch
             raise
-        finally:
-            if timed:
-                notifier.deadlines.settled(limit)
         if req.error is not None:
             raise req.error
         return req
