@@ -309,3 +309,28 @@ def test_write_timeouts_share_one_timer_and_keep_each_limit(db_path: str) -> Non
         await db.close()
 
     run(main())
+
+
+def test_cancelled_and_answered_writes_leave_the_deadline_lines(db_path: str) -> None:
+    """A write cancelled while it waits for the gate leaves its deadline line
+    at the next burst of answers (answered writes leave theirs with the burst
+    that answers them), so nothing holds its request or keeps the timer."""
+
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path)
+        await db.execute("CREATE TABLE t(v)")
+        loop = asyncio.get_running_loop()
+        deadlines = db._notifier(loop).deadlines
+        async with db.write():  # the gate is held: the next writes wait in line
+            cancelled = asyncio.create_task(db.execute("INSERT INTO t VALUES ('cancelled')"))
+            waiting = asyncio.create_task(db.execute("INSERT INTO t VALUES ('kept')"))
+            await until(lambda: sum(len(line) for line in deadlines._lines.values()) == 2)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+        await waiting  # its burst of answers settles both entries
+        assert all(not line for line in deadlines._lines.values())
+        assert await db.query("SELECT v FROM t") == [("kept",)]
+        await db.close()
+
+    run(main())
