@@ -281,16 +281,15 @@ def test_sigkill_of_the_head_waiter(db_path: str, when: str) -> None:
     db.close()
 
 
-@pytest.mark.skipif(not _futex.AVAILABLE, reason="needs futexes (the head sleeps on one)")
-def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
-    """Two ProcessLocks (two processes, as far as OFD locks go): the holder
-    may take the gate back while the head is within its budget; once the
-    head has been overtaken k times, release hands it over."""
-    path = str(tmp_path / "x-litegate")
-    a, b = ProcessLock(path), ProcessLock(path)
-    b.HEAD_CHECK_SECONDS = 60.0  # b wakes only when handed the gate: the count is exact
-    budget = litegate.Bounded(3, 60.0)
-    assert a.acquire(1, budget)
+def _head_behind(
+    path: str, budget: litegate.Bounded
+) -> tuple[ProcessLock, threading.Event, threading.Thread]:
+    """Another ProcessLock on ``path`` (another process, as far as OFD locks
+    go) asks for the gate on a thread of its own and becomes the head waiter;
+    it wakes only when handed the gate, so counts against its budget are
+    exact. Returns it, an Event set once it has the gate, and its thread."""
+    b = ProcessLock(path)
+    b.HEAD_CHECK_SECONDS = 60.0
     got = threading.Event()
 
     def head() -> None:
@@ -299,6 +298,19 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
 
     t = threading.Thread(target=head)
     t.start()
+    return b, got, t
+
+
+@pytest.mark.skipif(not _futex.AVAILABLE, reason="needs futexes (the head sleeps on one)")
+def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
+    """Two ProcessLocks (two processes, as far as OFD locks go): the holder
+    may take the gate back while the head is within its budget; once the
+    head has been overtaken k times, release hands it over."""
+    path = str(tmp_path / "x-litegate")
+    a = ProcessLock(path)
+    budget = litegate.Bounded(3, 60.0)
+    assert a.acquire(1, budget)
+    b, got, t = _head_behind(path, budget)
     wait_until(lambda: a.head_due() is False and a._head() is not None, what="b at the head")
     for _ in range(3):  # within the budget: the holder takes it back, b stays asleep
         a.release()
@@ -337,22 +349,14 @@ def test_pass_on_counts_each_pass_against_the_head_until_it_is_due(tmp_path: Pat
     clears the idle mark), until the budget is spent; then DUE, and the
     release hands the gate to the head."""
     path = str(tmp_path / "x-litegate")
-    a, b = ProcessLock(path), ProcessLock(path)
-    b.HEAD_CHECK_SECONDS = 60.0  # b wakes only when handed the gate
+    a = ProcessLock(path)
     budget = litegate.Bounded(3, 60.0)
     assert a.acquire(1, budget)
     assert a.keep_idle_unless_due()  # kept idle: the mark other processes see
     assert a.pass_on() == NOBODY
     assert a.idle  # nobody waits: the mark stays while our transactions run
     assert _barges(path) == 0
-    got = threading.Event()
-
-    def head() -> None:
-        if b.acquire(30, budget):
-            got.set()
-
-    t = threading.Thread(target=head)
-    t.start()
+    b, got, t = _head_behind(path, budget)
     wait_until(lambda: a._head() is not None, what="b at the head")
     for n in (1, 2, 3):
         assert a.pass_on() == PASSED
