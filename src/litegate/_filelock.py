@@ -393,13 +393,6 @@ class ProcessLock:
         head = self._head()
         return head is not None and self._due(head[1], time.monotonic_ns())
 
-    def note_overtake(self) -> None:
-        """We hold the gate and passed it to one more of our own threads: that
-        overtakes the head waiter, if any (counts against its budget)."""
-        head = self._head()
-        if head is not None:
-            self._overtake(head[0], head[1][4])
-
     def _overtake(self, t: int, overtaken: int) -> None:
         """Count one more overtake against head ``t`` (seen overtaken so
         far ``overtaken`` times; only the gate's holder writes the count)."""
@@ -420,7 +413,7 @@ class ProcessLock:
           the head's budget;
         - DUE: the head's budget is spent; the full path hands it over.
 
-        :meth:`head_due` and :meth:`note_overtake` in one look at the head,
+        :meth:`head_due` and the overtake's count in one look at the head,
         for the hot path."""
         if not self._words[_W_HEAD]:
             return NOBODY
@@ -496,16 +489,20 @@ class ProcessLock:
                 self._wake.bump()
                 self._wake.wake(1)
             return False
-        self._granted(overtook=head is not None)
+        self._granted(head)
         return True
 
-    def _granted(self, overtook: bool) -> None:
-        """We hold the gate: the shared counters (written only by holders)."""
+    def _granted(
+        self, overtook: tuple[int, tuple[int, int, int, int, int, int, int, int]] | None
+    ) -> None:
+        """We hold the gate: the shared counters (written only by holders).
+        ``overtook``: the head waiter we took it past (as :meth:`_head` gave
+        it, read with the gate held), whose budget this counts against."""
         self._held = True
         _bump(self._words, _H_GRANTS)
-        if overtook:
+        if overtook is not None:
             self.barged += 1
-            self.note_overtake()
+            self._overtake(overtook[0], overtook[1][4])
 
     def _take_ticket(self, budget: Budget) -> int:
         fd, table = self._fd, self._map
@@ -599,7 +596,7 @@ class ProcessLock:
         if nxt[0] == t + 1 and nxt[1] == WAITING:
             self._make_head(t + 1, time.monotonic_ns())
         self._set_state(t, HOLDING)
-        self._granted(overtook=False)
+        self._granted(None)
         fcntl.fcntl(self._fd, _SETLK, _SLOT_UNLOCK[slot])  # wakes our successor
         self._ticket = -1
         return True
