@@ -57,7 +57,7 @@ from typing import Any
 from .._args import positive_float, positive_int
 from .._progress import Progress
 from .._stats import median
-from . import _acks, _hey, _profile, _variant
+from . import _acks, _hey, _profile, _threads, _variant
 from ._actions import MIXES as _WEIGHTS
 from ._cli import ALL_ENGINES, FRAMEWORKS
 from ._cli import ENGINES as ENGINES_OF
@@ -288,9 +288,10 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
     threads = cfg.threads if side.framework == "django" else None
     with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
                 workers=cfg.workers, threads=threads) as srv:  # fmt: skip
-        cpu0 = srv.cpu_seconds()
+        cpu0, threads0, machine0 = srv.cpu_seconds(), srv.thread_sample(), _threads.machine_times()
         summary, _ = _hey.run(cfg.hey, f"{srv.url}/benchmarking/{mix}", n, cfg.seconds)
-        cpu = srv.cpu_seconds() - cpu0
+        cpu, threads1 = srv.cpu_seconds() - cpu0, srv.thread_sample()
+        idle = _threads.idle_share(machine0, _threads.machine_times())
         code = srv.stop()
     responses = max(1, summary.responses)
     locked, server_errors = _count(log, start, side.framework)
@@ -304,6 +305,10 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
         "server_errors": server_errors,
         "cpu_s": cpu,
         "cpu_ms_per_request": 1000.0 * cpu / responses,
+        # which threads spent it, and how often they slept (voluntary switches)
+        "threads": _threads.per_request(threads0, threads1, responses),
+        # the whole machine's (hey included): CPU that waited for nothing
+        "idle_share": idle,
         "server_exit": code,
         # The server is stopped: the file is what it left.
         "check": _acks.check(side.db, side.acks).as_dict(),
@@ -375,6 +380,15 @@ def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _median_threads(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each role's figures, median across runs (0 in a run without the role)."""
+    roles = sorted({r for run in runs for r in run})
+    keys = ("cpu_ms", "voluntary", "involuntary")
+    return {
+        r: {k: median([run.get(r, {}).get(k, 0.0) for run in runs]) for k in keys} for r in roles
+    }
+
+
 def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
     head = [c for c in mine if c["kind"] == "headline"]
     sweep: dict[int, list[dict[str, Any]]] = {}
@@ -393,6 +407,8 @@ def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
                 "responses": c["hey"]["responses"],
                 "locked": c["locked"],
                 "cpu_ms_per_request": c["cpu_ms_per_request"],
+                "threads": c.get("threads", {}),  # (absent from results of older runs)
+                "idle_share": c.get("idle_share"),
             }
     return {
         "headline": {
@@ -406,6 +422,8 @@ def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
             "responses": [c["hey"]["responses"] for c in head],
             "locked": [c["locked"] for c in head],
             "cpu_ms_per_request": [c["cpu_ms_per_request"] for c in head],
+            "threads": _median_threads([c.get("threads", {}) for c in head]),
+            "idle_share": [c["idle_share"] for c in head if "idle_share" in c],
         },
         "sweep": {
             str(n): {

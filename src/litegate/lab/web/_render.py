@@ -65,6 +65,7 @@ def _framework(result: dict[str, Any], framework: str, summ: dict[str, Any]) -> 
             f"'database is locked' {sum(h['locked'])}; server CPU "
             f"{median(h['cpu_ms_per_request']):.1f} ms/request"
         )
+    lines += _by_thread(summ, w)
     sweep_ns = sorted({int(n) for s in summ.values() for n in s["sweep"]})
     if len(sweep_ns) > 1:
         lines += ["", "balanced by concurrency (median across its runs): rps / p99 / HTTP 500"]
@@ -84,20 +85,50 @@ def _framework(result: dict[str, Any], framework: str, summ: dict[str, Any]) -> 
         lines += [
             "",
             f"{m}, c = {n}: rps / p99 / slowest / HTTP 500 / 'database is locked' / "
-            "server CPU ms per request",
+            "server CPU ms per request / machine idle",
         ]
         for engine, s in summ.items():
             c = s["mixes"].get(m, {}).get(str(n))
             if c:
-                cpu = c.get("cpu_ms_per_request")  # (absent from results of older runs)
+                # (absent from results of older runs)
+                cpu, idle = c.get("cpu_ms_per_request"), c.get("idle_share")
                 lines.append(
                     f"  {engine:<{w}} {c['rps']:>8,.0f} {_pct([c['p99_s']]):>9} "
                     f"{_ms(c['slowest_s']):>9} {c['http_500_rate']:>7.1%} {c['locked']:>6}"
                     + (f" {cpu:>8.1f}" if cpu is not None else "")
+                    + (f" {idle:>7.1%}" if idle is not None else "")
                 )
     lines += _checks(summ)
     lines += _targets_django(result, summ) if framework == "django" else _targets_fastapi(summ)
     return lines
+
+
+def _by_thread(summ: dict[str, Any], w: int) -> list[str]:
+    """Where the headline's server CPU goes by thread, and how idle the
+    machine stayed: CPU a request did not use is time it waited."""
+    rows = {e: s["headline"].get("threads") for e, s in summ.items()}
+    rows = {e: r for e, r in rows.items() if r}  # (absent from results of older runs)
+    if not rows:
+        return []
+    roles = sorted(
+        {r for by in rows.values() for r in by},
+        key=lambda r: -max(by.get(r, {}).get("cpu_ms", 0.0) for by in rows.values()),
+    )
+    out = [
+        "",
+        "Headline server CPU by thread, ms per request (voluntary context switches per request), "
+        "median of its runs; the machine's idle share (hey included)",
+    ]
+    for engine, by in rows.items():
+        parts = [
+            f"{role} {by[role]['cpu_ms']:.2f} ({by[role]['voluntary']:.1f})"
+            for role in roles
+            if role in by and (by[role]["cpu_ms"] >= 0.005 or by[role]["voluntary"] >= 0.05)
+        ]
+        idle = summ[engine]["headline"].get("idle_share") or []
+        tail = f"; idle {median(idle):.1%}" if idle else ""
+        out.append(f"  {engine:<{w}} " + ", ".join(parts) + tail)
+    return out
 
 
 def _checks(summ: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from . import _acks
+from . import _acks, _threads
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -106,6 +106,12 @@ class Server:
         assert self.proc is not None
         pid = self.proc.pid
         return _cpu_of(pid) + sum(_cpu_of(c) for c in _children(pid))
+
+    def thread_sample(self) -> _threads.Sample:
+        """Every thread of the master and its workers now, by role."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        return _threads.sample(pid, _children(pid))
 
     def stop(self) -> int:
         """SIGTERM (the server's graceful stop), then SIGKILL after 20 s; the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,11 @@ def test_serve_answers_hey_without_500s_and_stops_on_sigterm(seeded: Path, tmp_p
     log = tmp_path / "server.log"
     with Server(db, "litegate", log, acks=tmp_path / "acks", workers=2, threads=3) as srv:
         summary, raw = _hey.run(hey, f"{srv.url}/benchmarking/balanced", 8, 2.0)
+        roles = {t.role for t in srv.thread_sample().tasks.values()}
         code = srv.stop()
+    # The workers named their threads to the kernel (the bench's CPU by
+    # thread): gthread's request threads and litegate's checkpointer.
+    assert {"master", "main", "ThreadPoolExecu", "litegate-checkp"} <= roles, roles
     assert summary.responses > 50, raw
     assert 500 not in summary.statuses, raw  # no 500 on litegate
     # A 404 is the app's own answer, not an error: a write's redirect to a
@@ -113,6 +118,12 @@ def test_bench_web_runs_a_cell_per_framework_and_engine(tmp_path: Path) -> None:
         assert c["hey"]["responses"] > 0
         assert c["server_exit"] == 0
         assert c["cpu_s"] > 0
+        # CPU by thread adds up to the server's CPU (within rounding: its
+        # processes' totals are in clock ticks, read a moment apart)
+        slack = 1000 * 8 / os.sysconf("SC_CLK_TCK") / c["hey"]["responses"]
+        by_thread = sum(r["cpu_ms"] for r in c["threads"].values())
+        assert abs(by_thread - c["cpu_ms_per_request"]) <= slack, c["threads"]
+        assert 0.0 <= c["idle_share"] <= 1.0
         assert c["locked"] == 0
         assert bench.fives(c) == 0, c["hey"]["statuses"]
         # The database after the cell: intact, and every acknowledged write there.
@@ -126,6 +137,7 @@ def test_bench_web_runs_a_cell_per_framework_and_engine(tmp_path: Path) -> None:
     assert "litegate HTTP 500, every cell:" in table
     assert "write_heavy c=64: litegate HTTP 5xx 0 (target 0); rps / tuned " in table
     assert "write_heavy, c = 64: rps / p99" in table
+    assert table.count("Headline server CPU by thread, ms per request") == 2
     assert table.count("3 cell(s)") == 4
     assert "VIOLATIONS" not in table
     assert [p.name for p in bench.charts(result, tmp_path)] == [

@@ -8,4 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "litegate.lab.web.app.settings")
 
 from django.core.wsgi import get_wsgi_application
 
+from .._threads import name_os_threads
+
+name_os_threads()  # the bench tells the worker's threads apart in /proc by name
 application = get_wsgi_application()

@@ -12,7 +12,10 @@ import os
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._threads import name_os_threads
 from .main import app
+
+name_os_threads()  # the bench tells the worker's threads apart in /proc by name
 
 
 def close_each_connection(inner: ASGIApp) -> ASGIApp:
