@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import math
 import os
 import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
-_ENV = "LITEGATE_GRANT_LOG"
+ENV = "LITEGATE_GRANT_LOG"  # the switch, a folder; child processes inherit it
 
 
 class Grant(NamedTuple):
@@ -65,7 +66,7 @@ class _Log:
             os.write(self.fd, line)
 
 
-_LOG: _Log | None = _Log(os.environ[_ENV]) if os.environ.get(_ENV) else None
+_LOG: _Log | None = _Log(os.environ[ENV]) if os.environ.get(ENV) else None
 
 
 def enable(folder: str | None) -> None:
@@ -74,10 +75,10 @@ def enable(folder: str | None) -> None:
     global _LOG
     if folder is None:
         _LOG = None
-        os.environ.pop(_ENV, None)
+        os.environ.pop(ENV, None)
         return
     os.makedirs(folder, exist_ok=True)
-    os.environ[_ENV] = folder
+    os.environ[ENV] = folder
     _LOG = _Log(folder)
 
 
@@ -203,4 +204,50 @@ def check(grants: list[Grant], slack_ns: int = 0) -> dict[str, int]:
                 if gap > slack_ns:
                     out["free_gaps"] += 1
             free_from = max(free_from, ends[j])
+    return out
+
+
+def _quantile(values: list[int], q: float) -> int:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else 0
+
+
+def timing(grants: list[Grant]) -> dict[str, float]:
+    """Where a run's time went at the gate, from a log (any order):
+
+    - ``held_share``: the share of the logged span with the gate held;
+    - ``hold_p50_ns``, ``hold_p90_ns``: how long a grant kept it;
+    - ``handovers``: grants whose taker was already waiting when the grant
+      before it ended, and ``free_waiting_share``, ``handover_p50_ns``: how
+      long the gate stayed free before such a taker had it (a hand-over's
+      cost: its wake-up, and its process's GIL and CPU), as a share of the
+      span and at p50;
+    - ``cross_process``: the share of those hand-overs to another process.
+    """
+    g = sorted(grants, key=lambda x: x.grant_ns)
+    out = dict.fromkeys(
+        ("grants", "span_ns", "held_share", "hold_p50_ns", "hold_p90_ns", "handovers",
+         "free_waiting_share", "handover_p50_ns", "cross_process"),
+        0.0,
+    )  # fmt: skip
+    if not g:
+        return out
+    span = max(1, max(x.release_ns for x in g) - g[0].grant_ns)
+    holds = [x.release_ns - x.grant_ns for x in g]
+    gaps: list[int] = []
+    cross = 0
+    for a, b in itertools.pairwise(g):
+        if b.arrive_ns < a.release_ns:  # it waited for this grant to end
+            gaps.append(max(0, b.grant_ns - a.release_ns))
+            cross += a.pid != b.pid
+    out.update(
+        grants=len(g),
+        span_ns=span,
+        held_share=sum(holds) / span,
+        hold_p50_ns=_quantile(holds, 0.5),
+        hold_p90_ns=_quantile(holds, 0.9),
+        handovers=len(gaps),
+        free_waiting_share=sum(gaps) / span,
+        handover_p50_ns=_quantile(gaps, 0.5),
+        cross_process=cross / len(gaps) if gaps else 0.0,
+    )
     return out

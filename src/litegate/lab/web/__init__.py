@@ -27,7 +27,11 @@ then the next cell), each on a fresh copy of one seeded database
 (``--no-reset``: one copy per engine, kept across its cells, as the seed's
 "three runs on one seed") and a fresh server. Per cell: requests/s,
 p50/p90/p99, slowest, status codes, "database is locked" errors in the
-server's log, server CPU seconds per request; then, with the server
+server's log, server CPU seconds per request, the same CPU by thread and
+the threads' context switches (``._threads``), the machine's idle share;
+with ``--grant-log``, litegate's servers log every grant of the write gate
+and the cell gets the bounds checked on it and where the gate's time went
+(held, free while a writer waited). Then, with the server
 stopped, the database is checked: ``PRAGMA integrity_check``, ``PRAGMA
 foreign_key_check``, and every write the app acknowledged during the load
 is there (``._acks``: each worker appends each write whose commit returned
@@ -54,8 +58,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ... import _grantlog
 from .._args import positive_float, positive_int
 from .._progress import Progress
+from .._report import combine_grant_logs
 from .._stats import median
 from . import _acks, _hey, _profile, _threads, _variant
 from ._actions import MIXES as _WEIGHTS
@@ -85,6 +91,7 @@ class Config:
     hey: str = ""
     runs: int = 1
     profile: int = 0  # > 0: only profile Django's request path, this many requests a round
+    grant_log: bool = False  # litegate's servers log every grant of the gate (slower)
 
     def sides(self) -> list[tuple[str, str]]:
         """(framework, engine) pairs, in the order each cell runs them."""
@@ -155,6 +162,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--hey", default=None, help="the hey binary (default: .tools/bin/hey)")
     p.add_argument(
+        "--grant-log",
+        action="store_true",
+        help="litegate's servers log every grant of the write gate (which slows the gate): "
+        "per cell, the bounds checked on it and where the time went (held, free while a "
+        "writer waited)",
+    )
+    p.add_argument(
         "--profile",
         type=positive_int,
         default=0,
@@ -195,7 +209,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if args.quick:
         return Config(frameworks=frameworks, engines=engines, seconds=3.0, headline=1,
                       sweep=(), mixes=(), workers=args.workers, threads=args.threads,
-                      reset=True, hey=hey, runs=args.runs)  # fmt: skip
+                      reset=True, hey=hey, runs=args.runs,
+                      grant_log=args.grant_log)  # fmt: skip
     return Config(
         frameworks=frameworks,
         engines=engines,
@@ -209,6 +224,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         reset=not args.no_reset,
         hey=hey,
         runs=args.runs,
+        grant_log=args.grant_log,
     )
 
 
@@ -286,8 +302,14 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
     log = side.log
     start = log.stat().st_size if log.exists() else 0
     threads = cfg.threads if side.framework == "django" else None
+    grants = None
+    if cfg.grant_log and _variant.base(side.engine) == _variant.BASE:
+        grants = Path(side.tmp) / f"{side.label}-grants"
+        shutil.rmtree(grants, ignore_errors=True)
+        grants.mkdir()
+    env = {_grantlog.ENV: str(grants)} if grants else None
     with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
-                workers=cfg.workers, threads=threads) as srv:  # fmt: skip
+                workers=cfg.workers, threads=threads, env=env) as srv:  # fmt: skip
         cpu0, threads0, machine0 = srv.cpu_seconds(), srv.thread_sample(), _threads.machine_times()
         summary, _ = _hey.run(cfg.hey, f"{srv.url}/benchmarking/{mix}", n, cfg.seconds)
         cpu, threads1 = srv.cpu_seconds() - cpu0, srv.thread_sample()
@@ -312,7 +334,14 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
         "server_exit": code,
         # The server is stopped: the file is what it left.
         "check": _acks.check(side.db, side.acks).as_dict(),
+        **(_gate_figures(str(grants)) if grants else {}),
     }
+
+
+def _gate_figures(folder: str) -> dict[str, Any]:
+    """A cell's grant log: the bounds checked on it, and where its time went."""
+    logged = _grantlog.read(folder)
+    return {"grant_log": _grantlog.check(logged), "gate_timing": _grantlog.timing(logged)}
 
 
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
@@ -438,6 +467,25 @@ def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "mixes": mixes,
         "checks": _checks(mine),
+        **_gate_summary(mine),
+    }
+
+
+def _gate_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
+    """With --grant-log: the gate's timing per cell (the headline's median
+    across its runs) and the bounds checked over every cell."""
+    logged = [c for c in mine if "gate_timing" in c]
+    if not logged:
+        return {}
+    by_cell: dict[str, list[dict[str, float]]] = {}
+    for c in logged:
+        by_cell.setdefault(f"{c['mix']} c = {c['c']}", []).append(c["gate_timing"])
+    return {
+        "gate": {
+            cell: {k: median([t[k] for t in runs]) for k in runs[0]}
+            for cell, runs in by_cell.items()
+        },
+        "grant_log": combine_grant_logs([c["grant_log"] for c in logged]),
     }
 
 

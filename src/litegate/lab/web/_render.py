@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .._report import render_grant_logs
 from .._stats import mean, median
 
 TITLES = {
@@ -99,6 +100,7 @@ def _framework(result: dict[str, Any], framework: str, summ: dict[str, Any]) -> 
                     + (f" {idle:>7.1%}" if idle is not None else "")
                 )
     lines += _checks(summ)
+    lines += _gate(summ, w)
     lines += _targets_django(result, summ) if framework == "django" else _targets_fastapi(summ)
     return lines
 
@@ -128,6 +130,34 @@ def _by_thread(summ: dict[str, Any], w: int) -> list[str]:
         idle = summ[engine]["headline"].get("idle_share") or []
         tail = f"; idle {median(idle):.1%}" if idle else ""
         out.append(f"  {engine:<{w}} " + ", ".join(parts) + tail)
+    return out
+
+
+def _gate(summ: dict[str, Any], w: int) -> list[str]:
+    """With --grant-log: where each cell's time went at the write gate, and
+    the bounds checked on the log."""
+    logged = {e: s for e, s in summ.items() if "gate" in s}
+    if not logged:
+        return []
+    out = [
+        "",
+        "Write gate, from its grant log (--grant-log; logging slows the gate; a repeated "
+        "cell: median of its runs): held / holds p50, p90 / free while a writer waited "
+        "(hand-over p50; to another process) / grants",
+    ]
+    for engine, s in logged.items():
+        for cell, t in s["gate"].items():
+            out.append(
+                f"  {engine:<{w}} {cell:<20} held {t['held_share']:6.1%} / "
+                f"{t['hold_p50_ns'] / 1e6:.2f}, {t['hold_p90_ns'] / 1e6:.2f} ms / free "
+                f"{t['free_waiting_share']:6.1%} ({t['handover_p50_ns'] / 1e6:.2f} ms; "
+                f"{t['cross_process']:.0%}) / {t['grants']:,.0f}"
+            )
+    out.append("")
+    out += render_grant_logs(
+        {e: s["grant_log"] for e, s in logged.items()},
+        head="The bounds on those logs (every cell; counts added up, the worst of any):",
+    ).splitlines()
     return out
 
 

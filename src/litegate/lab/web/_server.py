@@ -59,10 +59,12 @@ class Server:
         workers: int,
         threads: int | None = None,
         keep_alive: int = 0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.db, self.engine, self.log, self.acks = db, engine, log, acks
         self.framework, self.workers, self.threads = framework, workers, threads
         self.keep_alive = keep_alive
+        self.env = env  # added to this process's environment for the server
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,7 +78,8 @@ class Server:
             cmd += ["--threads", str(self.threads)]
         started = _acks.workers(self.acks) if self.acks.exists() else 0
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+            env = {**os.environ, **self.env} if self.env else None
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:

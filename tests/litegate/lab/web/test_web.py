@@ -146,6 +146,32 @@ def test_bench_web_runs_a_cell_per_framework_and_engine(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_bench_web_grant_log_checks_the_bounds_and_times_the_gate(tmp_path: Path) -> None:
+    """--grant-log: litegate's servers log every grant (tuned has no gate);
+    each litegate cell gets the bounds checked on its log and where the
+    gate's time went, and the report shows both."""
+    cfg = bench.Config(frameworks=("django",), engines=("tuned", "litegate"), seconds=1.0,
+                       headline=1, sweep=(), mixes=(), workers=2, hey=_hey.find(),
+                       grant_log=True)  # fmt: skip
+    result = bench.run(cfg)
+    tuned, lg = result["cells"]
+    assert "grant_log" not in tuned
+    assert "gate_timing" not in tuned
+    checked, timed = lg["grant_log"], lg["gate_timing"]
+    # every request of the app writes (it marks its user as seen)
+    assert checked["grants"] >= lg["hey"]["responses"] > 0
+    assert timed["grants"] == checked["grants"]
+    for violation in ("overlaps", "out_of_order", "over_overtakes"):
+        assert checked[violation] == 0, checked
+    assert 0 < timed["held_share"] < 1
+    assert 0 <= timed["free_waiting_share"] < 1
+    table = bench.render(result)
+    assert "Write gate, from its grant log (--grant-log;" in table
+    assert "  litegate  balanced c = 20      held " in table
+    assert "0 two holders at once, 0 out of ticket order, 0 overtaken past the bound" in table
+
+
+@pytest.mark.slow
 def test_bench_web_profile_counts_each_engine_per_action(tmp_path: Path) -> None:
     """``bench web --profile``: every action on both engines, opcodes by area;
     litegate's own code runs only under its engine, and every request that
