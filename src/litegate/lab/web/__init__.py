@@ -310,9 +310,10 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
     env = {_grantlog.ENV: str(grants)} if grants else None
     with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
                 workers=cfg.workers, threads=threads, env=env) as srv:  # fmt: skip
-        cpu0, threads0, machine0 = srv.cpu_seconds(), srv.thread_sample(), _threads.machine_times()
+        threads0, machine0 = srv.thread_sample(), _threads.machine_times()
         summary, _ = _hey.run(cfg.hey, f"{srv.url}/benchmarking/{mix}", n, cfg.seconds)
-        cpu, threads1 = srv.cpu_seconds() - cpu0, srv.thread_sample()
+        threads1 = srv.thread_sample()
+        cpu = threads1.cpu_s - threads0.cpu_s
         idle = _threads.idle_share(machine0, _threads.machine_times())
         code = srv.stop()
     responses = max(1, summary.responses)

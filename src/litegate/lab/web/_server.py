@@ -1,6 +1,6 @@
 """A real server of the app (``litegate web serve``: gunicorn for Django,
-uvicorn for FastAPI), started and stopped by PID, with its CPU time, its
-error log and its ledger of acknowledged writes."""
+uvicorn for FastAPI), started and stopped by PID, with its CPU time (by
+thread), its error log and its ledger of acknowledged writes."""
 
 from __future__ import annotations
 
@@ -16,23 +16,12 @@ from types import TracebackType
 
 from . import _acks, _threads
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def _cpu_of(pid: int) -> float:
-    """User + system seconds of one process (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _children(pid: int) -> list[int]:
@@ -104,14 +93,9 @@ class Server:
         except OSError:
             return False
 
-    def cpu_seconds(self) -> float:
-        """CPU time of the master and its workers so far."""
-        assert self.proc is not None
-        pid = self.proc.pid
-        return _cpu_of(pid) + sum(_cpu_of(c) for c in _children(pid))
-
     def thread_sample(self) -> _threads.Sample:
-        """Every thread of the master and its workers now, by role."""
+        """Every thread of the master and its workers now, by role, and the
+        processes' CPU time so far (``.cpu_s``)."""
         assert self.proc is not None
         pid = self.proc.pid
         return _threads.sample(pid, _children(pid))

@@ -81,6 +81,11 @@ class Sample:
     tasks: dict[tuple[int, int], Task]  # (pid, tid) -> the thread
     totals: dict[int, float]  # pid -> CPU seconds of the whole process, dead threads included
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of all the processes so far."""
+        return sum(self.totals.values())
+
 
 def _stat_cpu(text: str) -> float:
     fields = text.rsplit(")", 1)[1].split()
