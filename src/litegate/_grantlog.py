@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import itertools
 import math
 import os
 import threading
@@ -204,50 +203,4 @@ def check(grants: list[Grant], slack_ns: int = 0) -> dict[str, int]:
                 if gap > slack_ns:
                     out["free_gaps"] += 1
             free_from = max(free_from, ends[j])
-    return out
-
-
-def _quantile(values: list[int], q: float) -> int:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else 0
-
-
-def timing(grants: list[Grant]) -> dict[str, float]:
-    """Where a run's time went at the gate, from a log (any order):
-
-    - ``held_share``: the share of the logged span with the gate held;
-    - ``hold_p50_ns``, ``hold_p90_ns``: how long a grant kept it;
-    - ``handovers``: grants whose taker was already waiting when the grant
-      before it ended, and ``free_waiting_share``, ``handover_p50_ns``: how
-      long the gate stayed free before such a taker had it (a hand-over's
-      cost: its wake-up, and its process's GIL and CPU), as a share of the
-      span and at p50;
-    - ``cross_process``: the share of those hand-overs to another process.
-    """
-    g = sorted(grants, key=lambda x: x.grant_ns)
-    out = dict.fromkeys(
-        ("grants", "span_ns", "held_share", "hold_p50_ns", "hold_p90_ns", "handovers",
-         "free_waiting_share", "handover_p50_ns", "cross_process"),
-        0.0,
-    )  # fmt: skip
-    if not g:
-        return out
-    span = max(1, max(x.release_ns for x in g) - g[0].grant_ns)
-    holds = [x.release_ns - x.grant_ns for x in g]
-    gaps: list[int] = []
-    cross = 0
-    for a, b in itertools.pairwise(g):
-        if b.arrive_ns < a.release_ns:  # it waited for this grant to end
-            gaps.append(max(0, b.grant_ns - a.release_ns))
-            cross += a.pid != b.pid
-    out.update(
-        grants=len(g),
-        span_ns=span,
-        held_share=sum(holds) / span,
-        hold_p50_ns=_quantile(holds, 0.5),
-        hold_p90_ns=_quantile(holds, 0.9),
-        handovers=len(gaps),
-        free_waiting_share=sum(gaps) / span,
-        handover_p50_ns=_quantile(gaps, 0.5),
-        cross_process=cross / len(gaps) if gaps else 0.0,
-    )
     return out

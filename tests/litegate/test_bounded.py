@@ -145,28 +145,6 @@ def test_the_checks_measure_a_clean_log() -> None:
     assert seen["free_gaps"] == 4  # (every gap counts past a slack of 0)
 
 
-def test_timing_splits_a_log_into_held_free_while_waited_and_idle() -> None:
-    """Four grants over 1,000 ns: held 100 + 200 + 100 + 50; two takers were
-    waiting when the grant before theirs ended (gaps 50 and 150, one of them
-    to another process); the third arrived after a release (an idle gap)."""
-    g = [
-        Grant(0, 0, 100, 1, 1, False, -1, 0, 16, 2000),
-        Grant(50, 150, 350, 2, 1, True, 4, 120, 16, 2000),  # waited: 50 ns free
-        Grant(300, 500, 600, 2, 2, True, -1, 0, 16, 2000),  # waited: 150 ns free
-        Grant(700, 950, 1000, 1, 1, False, -1, 0, 16, 2000),  # came after: idle
-    ]
-    t = _grantlog.timing(list(reversed(g)))  # (any order)
-    assert t["grants"] == 4
-    assert t["span_ns"] == 1000
-    assert t["held_share"] == pytest.approx(0.45)
-    assert (t["hold_p50_ns"], t["hold_p90_ns"]) == (100, 200)
-    assert t["handovers"] == 2
-    assert t["free_waiting_share"] == pytest.approx(0.2)
-    assert t["handover_p50_ns"] == 150
-    assert t["cross_process"] == pytest.approx(0.5)
-    assert _grantlog.timing([])["grants"] == 0
-
-
 def test_the_checks_catch_overlapping_holders() -> None:
     """The log check itself: two holders at once are reported."""
     a = Grant(0, 10, 30, 1, 1, False, -1, 0, 16, 2000)

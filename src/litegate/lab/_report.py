@@ -4,6 +4,7 @@ every raw figure, and where the files go."""
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import os
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import litegate
+
+from .._grantlog import Grant
+from ._stats import percentiles
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,49 @@ def combine_grant_logs(checks: Sequence[Mapping[str, int]]) -> dict[str, int]:
         key: (max if key.startswith(("worst_", "overtakes_")) else sum)(c[key] for c in checks)
         for key in checks[0]
     }
+
+
+def gate_timing(grants: Sequence[Grant]) -> dict[str, float]:
+    """Where a run's time went at the gate, from its grant log (any order):
+
+    - ``held_share``: the share of the logged span with the gate held;
+    - ``hold_p50_ns``, ``hold_p90_ns``: how long a grant kept it;
+    - ``handovers``: grants whose taker was already waiting when the grant
+      before it ended, and ``free_waiting_share``, ``handover_p50_ns``: how
+      long the gate stayed free before such a taker had it (a hand-over's
+      cost: its wake-up, and its process's GIL and CPU), as a share of the
+      span and at p50;
+    - ``cross_process``: the share of those hand-overs to another process.
+    """
+    g = sorted(grants, key=lambda x: x.grant_ns)
+    out = dict.fromkeys(
+        ("grants", "span_ns", "held_share", "hold_p50_ns", "hold_p90_ns", "handovers",
+         "free_waiting_share", "handover_p50_ns", "cross_process"),
+        0.0,
+    )  # fmt: skip
+    if not g:
+        return out
+    span = max(1, max(x.release_ns for x in g) - g[0].grant_ns)
+    holds = [x.release_ns - x.grant_ns for x in g]
+    gaps: list[int] = []
+    cross = 0
+    for a, b in itertools.pairwise(g):
+        if b.arrive_ns < a.release_ns:  # it waited for this grant to end
+            gaps.append(max(0, b.grant_ns - a.release_ns))
+            cross += a.pid != b.pid
+    hold = percentiles(holds, (50, 90))
+    out.update(
+        grants=len(g),
+        span_ns=span,
+        held_share=sum(holds) / span,
+        hold_p50_ns=hold[50],
+        hold_p90_ns=hold[90],
+        handovers=len(gaps),
+        free_waiting_share=sum(gaps) / span,
+        handover_p50_ns=percentiles(gaps, (50,))[50] if gaps else 0.0,
+        cross_process=cross / len(gaps) if gaps else 0.0,
+    )
+    return out
 
 
 GRANT_LOG_HEAD = (

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from litegate._grantlog import Grant
 from litegate.lab._progress import Progress
 from litegate.lab._report import (
     Column,
     fmt_ms,
     fmt_pct,
+    gate_timing,
     out_dir,
     seed_table,
     to_json,
@@ -85,3 +87,27 @@ def test_progress_counts(enabled: bool) -> None:
         p.advance(2)
         p.set_done(5)
     assert (p.total, p.done, p.description) == (10, 5, "step")
+
+
+def test_gate_timing_splits_a_log_into_held_free_while_waited_and_idle() -> None:
+    """Four grants over 1,000 ns: held 100 + 200 + 100 + 50; two takers were
+    waiting when the grant before theirs ended (gaps 50 and 150, one of them
+    to another process); the third arrived after a release (an idle gap).
+    Percentiles are the lab's (linear between ranks)."""
+    g = [
+        Grant(0, 0, 100, 1, 1, False, -1, 0, 16, 2000),
+        Grant(50, 150, 350, 2, 1, True, 4, 120, 16, 2000),  # waited: 50 ns free
+        Grant(300, 500, 600, 2, 2, True, -1, 0, 16, 2000),  # waited: 150 ns free
+        Grant(700, 950, 1000, 1, 1, False, -1, 0, 16, 2000),  # came after: idle
+    ]
+    t = gate_timing(list(reversed(g)))  # (any order)
+    assert t["grants"] == 4
+    assert t["span_ns"] == 1000
+    assert t["held_share"] == pytest.approx(0.45)
+    assert t["hold_p50_ns"] == 100
+    assert t["hold_p90_ns"] == pytest.approx(170)
+    assert t["handovers"] == 2
+    assert t["free_waiting_share"] == pytest.approx(0.2)
+    assert t["handover_p50_ns"] == 100
+    assert t["cross_process"] == pytest.approx(0.5)
+    assert gate_timing([])["grants"] == 0

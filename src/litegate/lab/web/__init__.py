@@ -61,7 +61,7 @@ from typing import Any
 from ... import _grantlog
 from .._args import positive_float, positive_int
 from .._progress import Progress
-from .._report import combine_grant_logs
+from .._report import combine_grant_logs, gate_timing
 from .._stats import median
 from . import _acks, _hey, _profile, _threads, _variant
 from ._actions import MIXES as _WEIGHTS
@@ -342,7 +342,7 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
 def _gate_figures(folder: str) -> dict[str, Any]:
     """A cell's grant log: the bounds checked on it, and where its time went."""
     logged = _grantlog.read(folder)
-    return {"grant_log": _grantlog.check(logged), "gate_timing": _grantlog.timing(logged)}
+    return {"grant_log": _grantlog.check(logged), "gate_timing": gate_timing(logged)}
 
 
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
