@@ -13,7 +13,15 @@ from . import contention, durability, fairness, micro, queue, tasks, web
 from ._args import positive_float as _positive_float
 from ._args import positive_int as _positive_int
 from ._progress import Progress
-from ._report import environment, out_dir, timestamp, to_json, write_json
+from ._report import (
+    cpu_times,
+    environment,
+    idle_share,
+    out_dir,
+    timestamp,
+    to_json,
+    write_json,
+)
 
 
 class Experiment(Protocol):
@@ -115,26 +123,14 @@ def load_average() -> list[float] | None:
         return None
 
 
-def _cpu_times() -> tuple[int, int] | None:
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields), idle
-
-
 def cpu_busy(seconds: float = 0.5) -> float | None:
     """The fraction of all CPUs busy over the next ``seconds`` (Linux's
     /proc/stat; None elsewhere). Taken just before a run, it is other
     people's work: this process is idle while it samples."""
-    a = _cpu_times()
+    a = cpu_times()
     time.sleep(seconds)
-    b = _cpu_times()
-    if a is None or b is None or b[0] <= a[0]:
-        return None
-    return 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+    idle = idle_share(a, cpu_times())
+    return None if idle is None else 1.0 - idle
 
 
 BUSY_LIMIT = 0.25

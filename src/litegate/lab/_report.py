@@ -173,6 +173,26 @@ def environment() -> dict[str, Any]:
     }
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(all, idle) clock ticks of the machine's CPUs so far, iowait counted
+    as idle (Linux's /proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields), idle
+
+
+def idle_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was idle between two
+    :func:`cpu_times` readings (None without them, or with no tick between)."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 def timestamp() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 

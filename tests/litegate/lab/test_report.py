@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from litegate._grantlog import Grant
 from litegate.lab._progress import Progress
 from litegate.lab._report import (
     Column,
+    cpu_times,
     fmt_ms,
     fmt_pct,
     gate_timing,
+    idle_share,
     out_dir,
     seed_table,
     to_json,
@@ -111,3 +114,16 @@ def test_gate_timing_splits_a_log_into_held_free_while_waited_and_idle() -> None
     assert t["handover_p50_ns"] == 100
     assert t["cross_process"] == pytest.approx(0.5)
     assert gate_timing([])["grants"] == 0
+
+
+def test_idle_share_is_the_idle_part_of_the_machines_ticks() -> None:
+    a = cpu_times()
+    end = time.monotonic() + 0.05
+    while time.monotonic() < end:
+        pass
+    share = idle_share(a, cpu_times())
+    assert share is not None
+    assert 0.0 <= share <= 1.0
+    assert idle_share((1000, 100), (1100, 130)) == pytest.approx(0.3)
+    assert idle_share(None, (1100, 130)) is None  # no reading (not Linux)
+    assert idle_share((1000, 100), (1000, 100)) is None  # no tick between the two

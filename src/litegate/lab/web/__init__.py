@@ -61,7 +61,7 @@ from typing import Any
 from ... import _grantlog
 from .._args import positive_float, positive_int
 from .._progress import Progress
-from .._report import combine_grant_logs, gate_timing
+from .._report import combine_grant_logs, cpu_times, gate_timing, idle_share
 from .._stats import median
 from . import _acks, _hey, _profile, _threads, _variant
 from ._actions import MIXES as _WEIGHTS
@@ -310,11 +310,11 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
     env = {_grantlog.ENV: str(grants)} if grants else None
     with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
                 workers=cfg.workers, threads=threads, env=env) as srv:  # fmt: skip
-        threads0, machine0 = srv.thread_sample(), _threads.machine_times()
+        threads0, machine0 = srv.thread_sample(), cpu_times()
         summary, _ = _hey.run(cfg.hey, f"{srv.url}/benchmarking/{mix}", n, cfg.seconds)
         threads1 = srv.thread_sample()
         cpu = threads1.cpu_s - threads0.cpu_s
-        idle = _threads.idle_share(machine0, _threads.machine_times())
+        idle = idle_share(machine0, cpu_times())
         code = srv.stop()
     responses = max(1, summary.responses)
     locked, server_errors = _count(log, start, side.framework)
@@ -453,7 +453,7 @@ def _engine_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
             "locked": [c["locked"] for c in head],
             "cpu_ms_per_request": [c["cpu_ms_per_request"] for c in head],
             "threads": _median_threads([c.get("threads", {}) for c in head]),
-            "idle_share": [c["idle_share"] for c in head if "idle_share" in c],
+            "idle_share": [c["idle_share"] for c in head if c.get("idle_share") is not None],
         },
         "sweep": {
             str(n): {

@@ -167,15 +167,3 @@ def per_request(before: Sample, after: Sample, requests: int) -> dict[str, dict[
     if gone:
         add(EXITED, gone, 0, 0)
     return out
-
-
-def machine_times() -> tuple[int, int]:
-    """(idle, all) clock ticks of the machine so far, from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return fields[3] + fields[4], sum(fields)  # idle + iowait
-
-
-def idle_share(before: tuple[int, int], after: tuple[int, int]) -> float:
-    """The share of the machine's CPU time that was idle between two
-    :func:`machine_times` readings."""
-    return (after[0] - before[0]) / max(1, after[1] - before[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -137,13 +136,3 @@ def test_per_request_adds_roles_up_and_shows_what_exited() -> None:
     # up to two ticks unexplained is rounding, not an exited thread
     after2 = Sample(after.tasks, {10: 1.0, 20: 13.0 + 1.5 * tick})
     assert EXITED not in _threads.per_request(before, after2, requests=100)
-
-
-def test_idle_share_is_the_idle_part_of_the_machines_ticks() -> None:
-    a = _threads.machine_times()
-    end = time.monotonic() + 0.05
-    while time.monotonic() < end:
-        pass
-    b = _threads.machine_times()
-    assert 0.0 <= _threads.idle_share(a, b) <= 1.0
-    assert _threads.idle_share((100, 1000), (130, 1100)) == pytest.approx(0.3)
