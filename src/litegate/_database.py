@@ -20,6 +20,7 @@ from . import _maintenance, _profiles
 from ._batch import GroupCommit, Request, refusal
 from ._busy import BusyStrategy, get_strategy, is_busy, is_busy_error, retry_busy
 from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
+from ._closing import CloseHooks
 from ._errors import (
     Closed,
     ConfigError,
@@ -66,6 +67,17 @@ class WriteResult(NamedTuple):
 # After fork() the child gets copies of the parent's connections: see
 # _gate.drop_after_fork.
 _LIVE: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _blocks_the_loop(what: str) -> NestedWriteError:
+    """A sync call on the thread of the event loop whose task holds the gate
+    in ``async with db.write()``: it would block the loop, so the block could
+    never end."""
+    return NestedWriteError(
+        f"{what} called on the event loop's thread while a task of that loop is inside "
+        "async with db.write() would block the loop, and with it the block it waits for; "
+        "use await tx.execute() on the tx the block gave you (or await db.execute() after it)"
+    )
 
 
 # This process's pid, kept by the fork hook: comparing with it is cheaper
@@ -172,7 +184,9 @@ class _ProcessState:
         self.gate_collected = weakref.finalize(db, self.filegate.close_soon)
         self.gate_collected.atexit = False  # (at exit there is nothing left to free)
         self.writer_owner: int | None = None  # thread ident holding the gate
-        self.writer_task: object = None  # the asyncio task inside async with db.write()
+        # The async with db.write() holding the gate (litegate.aio's): its
+        # .task, and the .thread that runs its event loop.
+        self.writer_block: Any = None
         self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
         self.connections: list[sqlite3.Connection] = []  # every connection we opened
         self.writer_pragmas: dict[str, object] = {}
@@ -239,6 +253,7 @@ class Database:
         self._pid = os.getpid()
         self._state_lock = threading.Lock()
         self._state: _ProcessState | None = None
+        self._close_hooks = CloseHooks()
         _LIVE.add(self)
         try:
             self._process_state()  # opens the writer now: bad paths fail here
@@ -378,6 +393,8 @@ class Database:
     ) -> tuple[_ProcessState, WriterConnection]:
         state = self._process_state()
         me = threading.get_ident()
+        if state.writer_block is not None and state.writer_block.thread == me:
+            raise _blocks_the_loop("db.write()" if begin else "maintenance")
         if state.writer_owner == me:
             raise NestedWriteError(
                 "this thread already holds the write gate (an enclosing db.write()); waiting "
@@ -485,7 +502,7 @@ class Database:
         close() that came meanwhile closes the connection once the gate is
         given back (this Database's other callers see ``closing`` first)."""
         state.writer_owner = None
-        state.writer_task = None
+        state.writer_block = None
         with state.writer_mutex:
             state.writer_in_use = False
             close = state.closing and state.writer is not None
@@ -678,11 +695,14 @@ class Database:
         # Group commit: concurrent calls share one transaction, each in its own
         # SAVEPOINT; this returns after the COMMIT that holds our write.
         state = self._process_state()
-        if state.writer_owner == threading.get_ident():
+        me = threading.get_ident()
+        if state.writer_owner == me:
             raise NestedWriteError(
                 f"{what} inside db.write() in the same thread would wait for itself; "
                 "use conn.execute() on the connection db.write() gave you"
             )
+        if state.writer_block is not None and state.writer_block.thread == me:
+            raise _blocks_the_loop(what)
         limit = self.timeout if timeout is None else seconds("timeout", timeout)
         state.batcher.run(req, limit)
         if req.error is not None:
@@ -881,7 +901,22 @@ class Database:
         if self._closed:
             return
         self._closed = True
-        self._teardown()
+        try:
+            self._teardown()
+        finally:
+            self._close_hooks.fire()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has been called."""
+        return self._closed
+
+    def on_close(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn()`` once when this Database closes (at once if it is
+        closed), on the closing thread; returns a function that takes it
+        back. For what parks callers outside litegate's own lines, so that
+        close() wakes them as it wakes the gate's and the pool's waiters."""
+        return self._close_hooks.add(fn)
 
     def _teardown(self) -> None:
         _LIVE.discard(self)
@@ -1020,7 +1055,33 @@ class _ReadBlock:
             raise _read_only(ev, self._conn) from ev
 
 
+def orphan_log(path: str) -> str:
+    """Why ``path`` must not be opened (or ""): its database file is gone
+    but its write-ahead log (or a rollback journal) is still there, holding
+    committed transactions. Opening would create an empty database and
+    SQLite would discard the log with it."""
+    if os.path.lexists(path):
+        return ""
+    for suffix, what in (("-wal", "write-ahead log"), ("-journal", "rollback journal")):
+        try:
+            size = os.path.getsize(path + suffix)
+        except OSError:
+            continue
+        if size > 0:
+            return (
+                f"{path!r} does not exist, but its {what} {path + suffix!r} ({size} bytes) does: "
+                "it holds transactions of a database file that was moved or deleted, and "
+                "opening the path would create an empty database and discard them. Put the "
+                f"database file back at {path!r} (from where it was moved, or a backup), or, "
+                f"if those transactions are not wanted, move {path + suffix!r} away first"
+            )
+    return ""
+
+
 def _check_path(path: str) -> None:
+    orphan = orphan_log(path)
+    if orphan:
+        raise OpenError(orphan)
     directory = os.path.dirname(path)
     try:
         is_dir = stat.S_ISDIR(os.stat(directory).st_mode)

@@ -236,9 +236,12 @@ class FileGate:
             if ckpt is not None:
                 ckpt.stop()
             self._closing = True
-            if self._keeper is not None:
+            keeper = self._keeper
+            # A keeper not started yet (ident None) sees _closing when it starts
+            # and stops at once: nothing to wake or wait for.
+            if keeper is not None and keeper.ident is not None:
                 self.plock.ring()  # wakes the keeper, which sees _closing and stops
-                self._keeper.join(5)
+                keeper.join(5)
             self.plock.close()
 
     def close_soon(self) -> None:

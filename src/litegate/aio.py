@@ -36,6 +36,7 @@ import contextlib
 import functools
 import math
 import sqlite3
+import threading
 import time
 import weakref
 from collections import deque
@@ -330,7 +331,7 @@ class AsyncDatabase:
         fn: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> Request:
         state = self.sync._process_state()
-        if state.writer_owner == _ASYNC_OWNER:  # (a task holds the gate: is it this one?)
+        if state.writer_block is not None:  # (a task holds the gate: is it this one?)
             _refuse_nested(state, "await db.transact()" if fn else "await db.execute()")
         limit = self._limit(timeout)
         loop = asyncio.get_running_loop()
@@ -441,14 +442,21 @@ class _AsyncWrite(_AsyncBlock):
 
         conn = await _finish_even_if_cancelled(work, give_back)
         state.writer_owner = _ASYNC_OWNER
-        state.writer_task = asyncio.current_task()
+        self.task = asyncio.current_task()
+        self.thread = threading.get_ident()
+        state.writer_block = self
         self._state, self._conn = state, conn
         return _Tx(adb, conn)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
-        end = self._adb._run(self._adb.sync._end, self._state, self._conn, et is None)
+        conn = self._conn
+        end = self._adb._run(self._adb.sync._end, self._state, conn, et is None)
         await _finish_even_if_cancelled(end)
+        if ev is not None:
+            typed = conn.guard.typed(ev)  # a COMMIT or PRAGMA the guard refused, as the sync face
+            if typed is not ev:
+                raise typed from ev
 
 
 class _AsyncRead(_AsyncBlock):
@@ -480,13 +488,44 @@ class _AsyncRead(_AsyncBlock):
 
 
 def _refuse_nested(state: Any, what: str) -> None:
-    """A task inside ``async with db.write()`` that asks for the gate again
-    would wait for itself: refuse at once, as the sync face does."""
-    if state.writer_owner == _ASYNC_OWNER and state.writer_task is asyncio.current_task():
+    """A write that the task inside ``async with db.write()`` awaits (its own
+    call, or a task it awaits: ``wait_for`` before Python 3.12, ``gather``,
+    ``await task``) would wait for the block that waits for it: refuse at
+    once, as the sync face does. Other tasks wait for the block as usual."""
+    block = state.writer_block
+    if block is None:
+        return
+    me = asyncio.current_task()
+    if block.task is me or (me is not None and _awaits(block.task, me)):
         raise NestedWriteError(
-            f"{what} inside async with db.write() in the same task would wait for itself; "
-            "use await tx.execute() on the tx the enclosing block gave you"
+            f"{what} inside async with db.write(), in the same task or a task it awaits, "
+            "would wait for itself; use await tx.execute() on the tx the enclosing block "
+            "gave you"
         )
+
+
+def _awaits(holder: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> bool:
+    """Is ``holder`` (suspended) waiting, directly or through tasks it awaits,
+    for ``task`` to finish? asyncio keeps no public record of who awaits
+    what: this follows the awaited future (``_fut_waiter``) down through
+    tasks and gather's children, and sees wait_for's private waiter among
+    ``task``'s done callbacks. What it cannot see waits for the block, as
+    before, until its timeout."""
+    awaited: set[int] = set()
+    todo: list[Any] = [getattr(holder, "_fut_waiter", None)]
+    while todo and len(awaited) < 64:
+        fut = todo.pop()
+        if fut is None or id(fut) in awaited:
+            continue
+        if fut is task:
+            return True
+        awaited.add(id(fut))
+        todo.append(getattr(fut, "_fut_waiter", None))  # a task: what it awaits
+        todo.extend(getattr(fut, "_children", None) or ())  # gather's
+    for callback, _ctx in getattr(task, "_callbacks", None) or ():
+        if isinstance(callback, functools.partial) and any(id(a) in awaited for a in callback.args):
+            return True  # wait_for: the task's end releases a waiter the holder awaits
+    return False
 
 
 async def _finish_even_if_cancelled(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -169,17 +169,19 @@ def test_timeouts(db_path: str) -> None:
     async def main() -> None:
         db = await litegate.aio.connect(db_path, readers=1)
         await db.execute("CREATE TABLE t(v)")
+
+        async def nested_block() -> None:
+            async with db.write(timeout=0.05):
+                pass
+
         async with db.write():
-            # another task waits for the block, and times out ...
-            with pytest.raises(litegate.WriteTimeout):
-                await asyncio.create_task(db.execute("INSERT INTO t VALUES (1)", timeout=0.05))
-
-            async def nested_block() -> None:
-                async with db.write(timeout=0.05):
-                    pass
-
-            with pytest.raises(litegate.WriteTimeout):
-                await asyncio.create_task(nested_block())
+            # other tasks wait for the block (it does not await them), and time out ...
+            waiters = [
+                asyncio.create_task(db.execute("INSERT INTO t VALUES (1)", timeout=0.05)),
+                asyncio.create_task(nested_block()),
+            ]
+            await until(lambda: all(w.done() for w in waiters), "the waiters' timeouts")
+            assert [type(w.exception()) for w in waiters] == [litegate.WriteTimeout] * 2
             # ... while the task inside the block would wait for itself: refused at once
             with pytest.raises(litegate.NestedWriteError, match=r"tx\.execute"):
                 await db.execute("INSERT INTO t VALUES (1)", timeout=1e12)
@@ -240,7 +242,7 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return type(exc)
 
 
-async def _aoutcome(coro: Coroutine[Any, Any, Any]) -> Any:
+async def _aoutcome(coro: Awaitable[Any]) -> Any:
     try:
         return await coro
     except Exception as exc:
@@ -271,6 +273,90 @@ def test_same_behaviour_sync_and_async(tmp_path: Any) -> None:
     assert sync_out[1] is sqlite3.IntegrityError
     assert sync_out[4] is litegate.ReadOnlyError
     assert sync_out[5] is litegate.TransactionError
+
+
+def test_writes_that_would_wait_for_their_own_block_are_refused_at_once(db_path: str) -> None:
+    """Inside ``async with db.write()``, a write from a task the block awaits
+    (gather, wait_for: a new task before Python 3.12, await task) or a sync
+    call on the loop's thread would wait for the block, which waits for it:
+    each gets NestedWriteError at once, not a WriteTimeout after the whole
+    limit, and close() afterwards raises nothing."""
+
+    async def main() -> None:
+        db = await litegate.aio.connect(db_path, timeout=30)
+        await db.execute("CREATE TABLE t(v)")
+        got: list[Any] = []
+        async with db.write() as tx:
+            await tx.execute("INSERT INTO t VALUES (0)")
+            for make in (
+                lambda: asyncio.wait_for(db.execute("INSERT INTO t VALUES (1)"), 60),
+                lambda: asyncio.gather(db.executemany("INSERT INTO t VALUES (?)", [(2,)])),
+                lambda: asyncio.create_task(db.transact(lambda c: None)),
+                lambda: asyncio.ensure_future(_enter_block(db)),
+            ):
+                got.append(await _aoutcome(make()))
+            got.append(_outcome(lambda: db.sync.execute("INSERT INTO t VALUES (3)")))
+            got.append(_outcome(lambda: db.sync.transact(lambda c: None)))
+            got.append(_outcome(lambda: db.sync.write().__enter__()))
+        assert got == [litegate.NestedWriteError] * 7
+        # the block committed its own row, nothing else was written
+        assert await db.query("SELECT v FROM t") == [(0,)]
+        # A task started inside the block that the block does not await waits
+        # for the gate as usual, and writes once the block has ended.
+        async with db.write():
+            later = asyncio.ensure_future(db.execute("INSERT INTO t VALUES (5)"))
+            await asyncio.sleep(0.05)
+            assert not later.done()
+        await later
+        assert await db.query("SELECT v FROM t ORDER BY v") == [(0,), (5,)]
+        await db.close()
+
+    run(main())
+
+
+async def _enter_block(db: litegate.aio.AsyncDatabase) -> None:
+    async with db.write():
+        pass
+
+
+def test_guard_errors_are_typed_alike_in_both_write_blocks(db_path: str) -> None:
+    """A COMMIT (or a PRAGMA the guard refuses) inside ``async with
+    db.write()`` raises the same typed error as inside ``with db.write()``,
+    and the block's statements are rolled back in both."""
+    sdb = litegate.connect(db_path)
+    sdb.execute("CREATE TABLE t(v)")
+    refused = ["COMMIT", "ROLLBACK", "PRAGMA journal_mode=DELETE"]
+    sync_got = []
+    for sql in refused:
+        try:
+            with sdb.write() as conn:
+                conn.execute("INSERT INTO t VALUES (1)")
+                conn.execute(sql)
+        except Exception as exc:
+            sync_got.append((type(exc), str(exc)))
+    sdb.close()
+
+    async def main() -> list[tuple[type[Exception], str]]:
+        adb = await litegate.aio.connect(db_path)
+        got = []
+        for sql in refused:
+            try:
+                async with adb.write() as tx:
+                    await tx.execute("INSERT INTO t VALUES (1)")
+                    await tx.execute(sql)
+            except Exception as exc:
+                got.append((type(exc), str(exc)))
+        assert await adb.query("SELECT count(*) FROM t") == [(0,)]
+        await adb.close()
+        return got
+
+    async_got = run(main())
+    assert [t for t, _ in sync_got] == [
+        litegate.TransactionError,
+        litegate.TransactionError,
+        litegate.ConfigError,
+    ]
+    assert async_got == sync_got
 
 
 def test_write_timeouts_share_one_timer_and_keep_each_limit(db_path: str) -> None:

@@ -163,3 +163,33 @@ def test_one_checkpointer_per_file_per_process(
     b.close()
     other.close()
     wait_until(lambda: checkpointer_threads() == before, what="the checkpointers to stop")
+
+
+def test_close_while_the_keeper_thread_is_being_started(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() between the keeper thread's creation and its start raises
+    nothing (it once joined a thread not yet started: RuntimeError), and the
+    keeper, started late, stops at once on the closed gate."""
+    gate = _gate.FileGate.open(db_path)
+    creating, go_on = threading.Event(), threading.Event()
+    real = threading.Thread
+
+    class SlowToStart(real):  # type: ignore[valid-type,misc]
+        def start(self) -> None:
+            creating.set()
+            assert go_on.wait(10)
+            super().start()
+
+    monkeypatch.setattr(threading, "Thread", SlowToStart)
+    starter = real(target=gate._start_keeper)
+    starter.start()
+    assert creating.wait(10)
+    monkeypatch.setattr(threading, "Thread", real)
+    gate.close()  # the keeper exists but has not started
+    go_on.set()
+    starter.join(10)
+    keeper = gate._keeper
+    assert keeper is not None
+    keeper.join(10)
+    assert not keeper.is_alive()

@@ -4,6 +4,7 @@ data or broke the Database; each now gets a typed error or works."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -490,3 +491,65 @@ def test_a_sidecar_with_a_damaged_counter_is_an_open_error(db_path: str, counter
     with litegate.connect(db_path) as db:  # what the message says works
         db.execute("CREATE TABLE t(v)")
     assert _filelock.read_queue(db_path + "-litegate") is not None
+
+
+def _orphaned_log(db_path: str, rows: int) -> bytes:
+    """A database whose committed rows are all in its -wal, then its main
+    file moved away: returns the main file's bytes (to put it back)."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(rows)])
+    conn.execute("COMMIT")
+    main = Path(db_path).read_bytes()
+    wal = Path(db_path + "-wal").read_bytes()
+    conn.close()  # (the last connection checkpoints and deletes the -wal)
+    os.remove(db_path)
+    for extra in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(db_path + extra)
+    Path(db_path + "-wal").write_bytes(wal)
+    return main
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+def test_a_log_without_its_database_is_refused_not_discarded(db_path: str, face: str) -> None:
+    """A -wal holding committed rows whose database file is gone: connect()
+    raises OpenError saying what happened and how to recover, and leaves
+    the log as it was (SQLite would create an empty database and truncate
+    the log: the rows were lost). With the database file put back, every
+    row is there."""
+    main = _orphaned_log(db_path, 500)
+    wal = Path(db_path + "-wal").read_bytes()
+
+    def opening() -> None:
+        if face == "sync":
+            litegate.connect(db_path)
+        else:
+            asyncio.run(litegate.aio.connect(db_path))
+
+    with pytest.raises(litegate.OpenError) as info:
+        opening()
+    message = str(info.value)
+    assert "does not exist, but its write-ahead log" in message
+    assert f"({len(wal)} bytes)" in message
+    assert "Put the database file back" in message
+    assert not os.path.exists(db_path)
+    assert Path(db_path + "-wal").read_bytes() == wal
+    Path(db_path).write_bytes(main)
+    with litegate.connect(db_path) as db:
+        assert db.query("SELECT count(*) FROM t") == [(500,)]
+
+
+def test_a_hot_journal_without_its_database_is_refused(db_path: str) -> None:
+    Path(db_path + "-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + bytes(504))
+    with pytest.raises(litegate.OpenError, match="rollback journal"):
+        litegate.connect(db_path)
+    assert not os.path.exists(db_path)
+    # an empty leftover holds nothing: a new database is made as usual
+    os.remove(db_path + "-journal")
+    Path(db_path + "-wal").write_bytes(b"")
+    litegate.connect(db_path).close()

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._database import _check_path as check_path
+from .._database import orphan_log
 from .._errors import OpenError
 from .._files import SIDECAR, openers
 from .._profiles import PROFILES
@@ -102,7 +103,9 @@ def _not_a_file(path: str) -> str:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return f"{path} does not exist; check the path (the database file itself, not a folder)"
+        return orphan_log(path) or (
+            f"{path} does not exist; check the path (the database file itself, not a folder)"
+        )
     except (OSError, ValueError) as exc:
         return f"{path} cannot be looked at ({exc}); check the path and its permissions"
     if stat.S_ISDIR(st.st_mode):
@@ -223,7 +226,14 @@ def diagnose(path: str, *, check: bool = True) -> Report:
         shm=os.path.exists(path + "-shm"),
         quick_check=quick,
     )
+    journal = _hot_journal(path)
+    if journal:
+        facts["hot_journal_bytes"] = journal
+        quick = "not run: a rollback journal must be rolled back first (see 'rollback journal')"
+        facts["quick_check"] = quick
     _file_findings(rep, pragmas, quick, wal)
+    if journal:
+        _journal_finding(rep, journal)
     if refused:
         rep.findings.append(
             Finding(
@@ -247,6 +257,44 @@ def _refused(path: str) -> str:
     return ""
 
 
+# A rollback journal's first 8 bytes while it holds a transaction to undo
+# (SQLite's aJournalMagic); a journal whose header was zeroed holds none.
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _hot_journal(path: str) -> int:
+    """The size of ``path``'s hot rollback journal (0 if there is none): a
+    journal with a transaction in it that no live writer owns. A process
+    stopped in the middle of a write transaction in rollback-journal mode
+    leaves one; SQLite rolls it back on the next open that may write, and a
+    read-only connection cannot (it fails with "readonly database")."""
+    journal = path + "-journal"
+    head = read_here(journal, len(_JOURNAL_MAGIC))
+    if head != _JOURNAL_MAGIC or sqlite_locks(path).writer_pids:
+        return 0
+    return _size(journal)
+
+
+def _journal_finding(rep: Report, size: int) -> None:
+    path = rep.path
+    rep.findings.append(
+        Finding(
+            "rollback journal",
+            ACTION,
+            f"{path}-journal ({_mib(size)}) holds a write transaction that never finished: a "
+            "process was killed (or the machine stopped) in the middle of it, in rollback-"
+            "journal mode. Until it is rolled back, the file's pages may be half-written; "
+            "read-only opens (this doctor's included) cannot roll it back",
+            "open the database once with write access, which rolls it back (litegate also "
+            "switches the file to WAL): "
+            + _python(f"import litegate; litegate.connect({_py(path)}).close()")
+            + f"; then run litegate doctor {_sh(path)} again. Do not delete the journal: "
+            "without it the half-written pages stay",
+            "SQLite rolls a hot journal back on the next connection that may write",
+        )
+    )
+
+
 def _sh(path: str) -> str:
     return shlex.quote(path)
 
@@ -267,12 +315,14 @@ def _file_findings(rep: Report, p: dict[str, Any], quick: str, wal: int) -> None
     if quick == "ok":
         add(Finding("integrity", OK, "quick_check: ok"))
     elif quick.startswith(("skipped", "not run")):
+        again = (
+            "roll the journal back first (below), then"
+            if "rollback journal" in quick
+            else "run again when the file is quieter:"
+        )
         add(
             Finding(
-                "integrity",
-                WARN,
-                f"quick_check {quick}",
-                f"run again when the file is quieter: litegate doctor {_sh(path)}",
+                "integrity", WARN, f"quick_check {quick}", f"{again} litegate doctor {_sh(path)}"
             )
         )
     else:

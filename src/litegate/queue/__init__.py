@@ -17,7 +17,7 @@ gate (no "database is locked"), and calls from many threads share commits.
 runs a function over a queue. See the README's Queue section.
 """
 
-from ._core import STATES, Also, Job, JobInfo
+from ._core import STATES, Also, Job, JobInfo, UndecodablePayload
 from ._errors import (
     CommitUnknown,
     DuplicateJob,
@@ -44,6 +44,7 @@ __all__ = [
     "Queue",
     "QueueError",
     "ServerUnavailable",
+    "UndecodablePayload",
     "Worker",
     "pass_job",
     "put_on",

@@ -109,6 +109,37 @@ class JobInfo:
     done_at: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class UndecodablePayload:
+    """``JobInfo.payload`` of a job whose stored payload this process cannot
+    decode (an integer longer than ``sys.get_int_max_str_digits()`` allows,
+    nesting deeper than the recursion limit: a producer with other limits
+    stored it). ``text`` is the JSON as stored; ``reason`` says why."""
+
+    text: str
+    reason: str
+
+
+# What json.loads raises for valid JSON this process cannot decode: the
+# int-digits limit (ValueError) and nesting past the recursion limit.
+_UNDECODABLE = (ValueError, RecursionError)
+
+
+def _decode_or_mark(text: str) -> Any:
+    """The payload, or an :class:`UndecodablePayload` saying why not: a
+    listing must show every job, the ones it cannot decode included."""
+    try:
+        return json.loads(text)
+    except _UNDECODABLE as exc:
+        return UndecodablePayload(text, _reason(exc))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "it is nested deeper than this process's recursion limit"
+    return str(exc).split(";")[0]
+
+
 def _info(row: Sequence[Any]) -> JobInfo:
     # A store may add its clock as a 14th column (PostgreSQL: the server's),
     # by which a waiting job is "ready" or "scheduled"; else the host's.
@@ -119,7 +150,7 @@ def _info(row: Sequence[Any]) -> JobInfo:
         id=row[0],
         queue=row[1],
         state=name,
-        payload=json.loads(row[5]),
+        payload=_decode_or_mark(row[5]),
         priority=row[3],
         run_at=row[4],
         attempts=row[6],
@@ -143,6 +174,23 @@ def _seconds(name: str, value: object, *, zero_ok: bool) -> float:
         bound = "zero or more" if zero_ok else "greater than zero"
         raise ConfigError(f"{name} must be a finite number of seconds, {bound}; got {value!r}")
     return v
+
+
+# The longest lease a claim, extend or worker takes: a year. Longer leases
+# overflow the clocks that time them (a worker's heartbeat waits a third of
+# the lease), and a job that runs longer should have its lease extended
+# (q.extend, as the worker's heartbeat does) rather than taken for ever.
+MAX_LEASE = 366 * 86400.0
+
+
+def _lease(value: object) -> float:
+    lease = _seconds("lease", value, zero_ok=False)
+    if lease > MAX_LEASE:
+        raise ConfigError(
+            f"lease must be at most {MAX_LEASE:.0f} s (a year), got {value!r}; for a job that "
+            "runs longer, extend its lease while it runs (q.extend, or the worker's heartbeat)"
+        )
+    return lease
 
 
 def _whole(name: str, value: object, *, minimum: int | None) -> int:
@@ -177,6 +225,11 @@ def _encode(payload: Any) -> str:
         raise PayloadError(
             f"the payload must be JSON-serialisable ({exc}); pass dicts, lists, strings, "
             "numbers, booleans or None (encode other values yourself, e.g. as strings)"
+        ) from None
+    except RecursionError:
+        raise PayloadError(
+            "the payload is nested too deeply to encode (or refers to itself); pass a "
+            "flatter structure (a few hundred levels at most)"
         ) from None
 
 
@@ -273,7 +326,7 @@ class Core:
     def claim(self, n: int, lease: float, also: Also | None = None) -> Step[list[Job]]:
         """Up to ``n`` due jobs, leased for ``lease`` seconds."""
         n = _whole("n", n, minimum=1)
-        lease = _seconds("lease", lease, zero_ok=False)
+        lease = _lease(lease)
         # One token per claim: (id, token) is what proves ownership later.
         token = secrets.randbits(sql.TOKEN_BITS)
         claim = partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
@@ -281,11 +334,29 @@ class Core:
         if not rows:
             return []
         name = self.name
-        payloads = _decode_many([r[1] for r in rows])
+        try:
+            payloads = _decode_many([r[1] for r in rows])
+        except _UNDECODABLE:
+            payloads = [_decode_or_mark(r[1]) for r in rows]
+            rows, payloads = yield from self._bury_undecodable(rows, payloads, token)
         return [
             Job(r[0], body, r[2], r[3], until, r[5], name, token)
             for r, body in zip(rows, payloads, strict=True)
         ]
+
+    def _bury_undecodable(
+        self, rows: list[Any], payloads: list[Any], token: int
+    ) -> Step[tuple[list[Any], list[Any]]]:
+        """Claimed jobs whose payload this process cannot decode go to the
+        dead letters at once, each with a PayloadError naming it (running
+        them is impossible here, and retrying would only fail again); the
+        others are returned to the claimer as usual."""
+        bad = [(r[0], p) for r, p in zip(rows, payloads, strict=True)
+               if isinstance(p, UndecodablePayload)]  # fmt: skip
+        errors = {jid: f"PayloadError: {_undecodable_message(self.name, jid, p)}" for jid, p in bad}
+        yield Tx(partial(self.store.bury, owned=[(jid, token) for jid, _ in bad], errors=errors))
+        keep = [i for i, p in enumerate(payloads) if not isinstance(p, UndecodablePayload)]
+        return [rows[i] for i in keep], [payloads[i] for i in keep]
 
     def next_due(self) -> Step[float | None]:
         """When the next job can be claimed (epoch seconds; in the past if one
@@ -411,7 +482,7 @@ class Core:
 
     def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
         todo = self._mine(jobs, "extend")
-        lease = _seconds("lease", lease, zero_ok=False)
+        lease = _lease(lease)
         if not todo:
             return time.time() + lease
         owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once
@@ -523,6 +594,15 @@ class Core:
                 if n == 0:  # (a short chunk may only have skipped the newest row)
                     break
         return total
+
+
+def _undecodable_message(queue: str, jid: int, payload: UndecodablePayload) -> str:
+    return (
+        f"the payload of job {jid} of queue {queue!r} cannot be decoded in the claiming process "
+        f"({payload.reason}), so it was sent to the dead letters without running; fix the "
+        "producer (or raise the limit in the workers: sys.set_int_max_str_digits, "
+        f"sys.setrecursionlimit), then q.retry_dead([{jid}])"
+    )
 
 
 def _claim_also(claim: Callable[..., Any], also: Also, conn: Any) -> Any:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from .._closing import CloseHooks
 from .._errors import Closed, ConfigError, OpenError
 from . import _postgres
 from ._errors import CommitUnknown, ServerUnavailable
@@ -106,6 +107,7 @@ class PgDatabase:
         self.reconnect = reconnect
         self._pid = os.getpid()
         self._closed = False
+        self._close_hooks = CloseHooks()
         self._lock = threading.Lock()  # guards _mergers; no I/O under it
         self._mergers: dict[str, _Merger] = {}
         if pool is not None:
@@ -253,10 +255,15 @@ class PgDatabase:
     def _wait(self, deadline: float | None, exc: BaseException, pause: float) -> float:
         """Sleep before the next try; ServerUnavailable once ``reconnect``
         seconds have passed since the first failure."""
+        if self._closed:  # (close() came meanwhile: the pool refuses, the server is fine)
+            raise Closed(
+                f"the queue's PostgreSQL pool for {self.path} was closed during this call; "
+                "open the queue again to go on"
+            ) from exc
         now = time.monotonic()
         if deadline is None:
             deadline = now + self.reconnect
-        if now >= deadline or self._closed:
+        if now >= deadline:
             raise ServerUnavailable(
                 f"PostgreSQL at {self.path} has been unreachable for {self.reconnect:g} s "
                 f"({_first_line(exc)}); nothing was changed. Check the server, then try again"
@@ -284,8 +291,19 @@ class PgDatabase:
         if self._closed:
             return
         self._closed = True
-        if self._owns_pool and os.getpid() == self._pid:
-            self.pool.close()
+        try:
+            if self._owns_pool and os.getpid() == self._pid:
+                self.pool.close()
+        finally:
+            self._close_hooks.fire()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def on_close(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """As :meth:`litegate.Database.on_close`."""
+        return self._close_hooks.add(fn)
 
     def __repr__(self) -> str:
         return f"<litegate.queue PgDatabase {self.path!r}{' closed' if self._closed else ''}>"

@@ -528,6 +528,21 @@ def fail(conn: Any, jid: int, token: int, now: float, retry_at: float, error: st
     return int(rows[0][0]) if rows else None
 
 
+_BURY = f"""
+UPDATE {TABLE} SET state = 3, done_at = now(), last_error = %s, token = %s, lease_until = NULL
+ WHERE id = %s AND token = %s AND state IN (0, 1)
+"""
+
+
+def bury(conn: Any, owned: Sequence[tuple[int, int]], errors: dict[int, str]) -> int:
+    """Send these claimed jobs straight to the dead letters with their
+    errors (a payload the claimer cannot decode); returns how many."""
+    n = 0
+    for jid, token in owned:
+        n += conn.execute(_BURY, (errors[jid], failed_mark(token), jid, token)).rowcount
+    return n
+
+
 _RELEASE = f"""
 WITH back AS (
     UPDATE {TABLE} AS j

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._database import Database, connect
-from .._errors import ConfigError
+from .._errors import Closed, ConfigError
 from . import _postgres
 from . import _sqlite as sql
 from ._core import Also, Core, Job, JobInfo, Step, _seconds, drive
@@ -87,7 +87,8 @@ class QueueFace:
         poll = _seconds("poll", poll, zero_ok=False)
         store, self._waker = store_and_waker(db, name, poll)
         self._core = Core(name, retry_base=retry_base, retry_max=retry_max, store=store)
-        self._path = getattr(db, "sync", db).path
+        self._sync_db = getattr(db, "sync", db)
+        self._path = self._sync_db.path
         self.name = name
         self.stats_counters = Stats()
         self._closed = False
@@ -106,6 +107,21 @@ class QueueFace:
         once (with ``[]`` if there is no work): to stop a worker promptly."""
         self._interrupts += 1
         self._waker.notify()
+
+    def _ended(self) -> Closed | None:
+        """The error for a claim that finds this queue or its database closed
+        (close() wakes waiting claims: they raise this instead of sleeping on)."""
+        if self._closed:
+            return Closed(
+                f"queue {self.name!r} was closed while this claim waited for work; stop "
+                "claiming from it (open a new Queue to go on)"
+            )
+        if self._sync_db.closed:
+            return Closed(
+                f"the database of queue {self.name!r} ({self._path}) was closed while this "
+                "claim waited for work; stop claiming from it (open it again to go on)"
+            )
+        return None
 
     # -- bookkeeping after a call (counters, and waking claimers of this process)
     def _made_ready(self, counter: str | None, n: int) -> None:
@@ -241,11 +257,15 @@ class Queue(QueueFace):
         interrupts = self._interrupts
         jobs: list[Job] = self._run(self._core.claim(n, lease, also))
         while not jobs:
+            ended = self._ended()
+            if ended is not None:
+                raise ended
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._interrupts != interrupts:
                 return []
             woken = threading.Event()
             self._waker.add(woken.set)
+            unhook = self._sync_db.on_close(woken.set)
             try:
                 # Registered first, then looked: a put or wake() landing in
                 # between still wakes us. The look is a read, not a gate turn.
@@ -258,6 +278,7 @@ class Queue(QueueFace):
                     continue
             finally:
                 self._waker.discard(woken.set)
+                unhook()
             jobs = self._run(self._core.claim(n, lease, also))
         self.stats_counters.add("claimed", len(jobs))
         return jobs

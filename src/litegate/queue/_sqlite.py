@@ -388,6 +388,23 @@ def fail(
     return int(rows[0][0]) if rows else None
 
 
+_BURY = (
+    f"UPDATE {TABLE} SET state = 3, done_at = ?, last_error = ?, token = ?, lease_until = NULL "
+    "WHERE id = ? AND token = ? AND state IN (0, 1)"
+)
+
+
+def bury(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], errors: dict[int, str]) -> int:
+    """Send these claimed jobs straight to the dead letters with their
+    errors (a payload the claimer cannot decode). They keep
+    ``failed_mark(token)``, as a failed attempt does. Returns how many."""
+    now = time.time()
+    return sum(
+        conn.execute(_BURY, (now, errors[jid], failed_mark(token), jid, token)).rowcount
+        for jid, token in owned
+    )
+
+
 _RELEASE = f"""
 UPDATE {TABLE} SET state = 0, attempts = max(attempts - 1, 0), token = ?3, lease_until = NULL
  WHERE id = ?1 AND token = ?2 AND state IN (0, 1)

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 from .._database import Database
 from .._errors import ConfigError
-from ._core import Also, Job, _seconds, _whole
+from ._core import Also, Job, _lease, _seconds, _whole
 from ._errors import LeaseLost, QueueError
 from ._queue import Queue
 
@@ -302,7 +302,7 @@ class Worker:
         )
         self._concurrency = _whole("concurrency", concurrency, minimum=1)
         self._prefetch = _whole("prefetch", prefetch, minimum=0)
-        self._lease = _seconds("lease", lease, zero_ok=False)
+        self._lease = _lease(lease)
         self._heartbeat = (
             self._lease / 3
             if heartbeat is None

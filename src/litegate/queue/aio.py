@@ -154,6 +154,9 @@ class Queue(QueueFace):
         interrupts = self._interrupts
         jobs = await self._claim_once(n, lease, also)
         while not jobs:
+            ended = self._ended()
+            if ended is not None:
+                raise ended
             remaining = deadline - loop.time()
             if remaining <= 0 or self._interrupts != interrupts:
                 return []
@@ -164,6 +167,7 @@ class Queue(QueueFace):
                     loop.call_soon_threadsafe(_set, fut)
 
             self._waker.add(wake)
+            unhook = self._sync_db.on_close(wake)
             try:
                 if self._interrupts != interrupts:
                     return []
@@ -174,6 +178,7 @@ class Queue(QueueFace):
                     continue
             finally:
                 self._waker.discard(wake)
+                unhook()
             jobs = await self._claim_once(n, lease, also)
         self.stats_counters.add("claimed", len(jobs))
         return jobs

@@ -470,3 +470,56 @@ def test_top_bad_options_exit_2_with_a_message(
     err = capsys.readouterr().err
     assert "litegate top: error:" in err
     assert "Traceback" not in err
+
+
+def test_doctor_names_a_hot_rollback_journal_and_what_to_do(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process killed mid-transaction in rollback-journal mode leaves a hot
+    journal that a read-only open cannot roll back: doctor once said "run
+    again when the file is quieter ... nothing needs action" (exit 0), which
+    never helps. It now names the journal and the command that rolls it
+    back; after that command, nothing needs action and every committed row
+    is there."""
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE TABLE t(v)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1000)])
+    conn.commit()
+    conn.close()
+    killed = (
+        "import os, signal, sqlite3\n"
+        f"c = sqlite3.connect({db_path!r}, isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size=1')\n"
+        "c.execute('BEGIN IMMEDIATE')\n"
+        "c.execute('UPDATE t SET v = v + 1')\n"
+        "c.execute('INSERT INTO t SELECT v FROM t')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", killed], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    assert os.path.getsize(db_path + "-journal") > 0
+    assert main(["doctor", db_path]) == 1
+    out = capsys.readouterr().out
+    assert "[ACTION] rollback journal:" in out
+    assert "holds a write transaction that never finished" in out
+    assert "roll the journal back first" in out
+    assert "when the file is quieter" not in out
+    assert "nothing needs action" not in out
+    with litegate.connect(db_path) as db:  # the command doctor gives
+        assert db.query("SELECT count(*), sum(v) FROM t") == [(1000, 499500)]
+    assert main(["doctor", db_path]) == 0
+    assert "rollback journal" not in capsys.readouterr().out
+
+
+def test_doctor_names_a_log_whose_database_is_gone(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once only "does not exist; check the path": the -wal with committed
+    transactions beside the missing file is named, with how to recover."""
+    made(db_path)
+    Path(db_path + "-wal").write_bytes(b"x" * 4096)  # (its content is not read)
+    os.remove(db_path)
+    assert main(["doctor", db_path]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist, but its write-ahead log" in err
+    assert "Put the database file back" in err

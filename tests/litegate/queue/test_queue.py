@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
+import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -353,7 +354,22 @@ def test_retry_dead_unknown_ids_change_nothing(make_queue: MakeQueue) -> None:
     assert state_of(q, jid) == "ready"
 
 
+def _nested(depth: int) -> list[Any]:
+    deep: list[Any] = []
+    for _ in range(depth):
+        deep = [deep]
+    return deep
+
+
+def _self_referring() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
 BAD_PUTS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"payload": _nested(100_000)}, PayloadError, "nested too deeply"),
+    ({"payload": _self_referring()}, PayloadError, "JSON|nested"),
     ({"payload": {1, 2}}, PayloadError, "JSON"),
     ({"payload": math.nan}, PayloadError, "JSON"),
     ({"payload": b"bytes"}, PayloadError, "JSON"),
@@ -384,6 +400,47 @@ def test_bad_put_is_a_typed_error_and_stores_nothing(
     assert q.counts()["ready"] == 1
 
 
+def test_a_payload_the_claimer_cannot_decode_fails_alone(make_queue: MakeQueue) -> None:
+    """A payload stored by a producer with other limits (here: no limit on
+    integer digits) that the claiming process cannot decode: the claim
+    returns the healthy jobs it took with it, the bad one goes to the dead
+    letters with a PayloadError naming it, and every listing still works
+    (the payload shows as UndecodablePayload). It once failed the whole
+    claim, after the commit, and both jobs died of "lease expired"."""
+    from litegate.queue import UndecodablePayload
+
+    q = make_queue()
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        bad = q.put({"n": 10**5000}, max_attempts=3)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    ok = q.put({"ok": 1})
+    jobs = q.claim(n=10)
+    assert [(j.id, j.payload) for j in jobs] == [(ok, {"ok": 1})]
+    q.ack(jobs[0])
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 0, "done": 1, "dead": 1}
+    (dead,) = q.dead()
+    assert dead.id == bad
+    assert isinstance(dead.payload, UndecodablePayload)
+    assert dead.payload.text.replace(" ", "").startswith('{"n":1000')  # (jsonb adds a space)
+    assert "digits" in dead.payload.reason
+    assert dead.last_error is not None
+    assert dead.last_error.startswith(f"PayloadError: the payload of job {bad} ")
+    assert f"q.retry_dead([{bad}])" in dead.last_error
+    assert dead.attempts == 1
+    assert isinstance(q.get(bad).payload, UndecodablePayload)
+    assert q.retry_dead([bad]) == 1  # a process with the producer's limits can take it
+    sys.set_int_max_str_digits(0)
+    try:
+        (again,) = q.claim()
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert again.id == bad
+    assert again.payload == {"n": 10**5000}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
@@ -392,6 +449,7 @@ def test_bad_put_is_a_typed_error_and_stores_nothing(
         ({"lease": 0}, "lease"),
         ({"lease": -1}, "lease"),
         ({"lease": math.nan}, "lease"),
+        ({"lease": 1e12}, "lease must be at most"),
         ({"wait": -1}, "wait"),
     ],
 )
@@ -532,6 +590,44 @@ def test_wake_ends_a_waiting_claim(make_queue: MakeQueue) -> None:
     assert q.claim(wait=30) == []  # without wake() this would take 30 s
     timer.join()
     assert time.monotonic() - t0 < 29
+
+
+@pytest.mark.parametrize("closing", ["queue", "database"])
+def test_close_wakes_waiting_claims_with_closed(make_queue: MakeQueue, closing: str) -> None:
+    """close() of the queue, or of its database, wakes every claim waiting
+    for work with litegate.Closed at once (it once slept out its whole wait
+    and returned []); nothing stored is touched."""
+    q = make_queue()
+    face: Any = getattr(q, "q", q)  # the aio queue behind the test's sync wrapper
+    jid = q.put("kept", delay=3600)
+    outcomes: list[tuple[str, float]] = []
+
+    def claimer() -> None:
+        t0 = time.monotonic()
+        try:
+            got = q.claim(wait=30)
+        except litegate.Closed as exc:
+            outcomes.append(("closed" if "closed" in str(exc) else str(exc), time.monotonic() - t0))
+        else:
+            outcomes.append((f"returned {got}", time.monotonic() - t0))
+
+    threads = [threading.Thread(target=claimer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while face._waker.waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert face._waker.waiting == 2
+    target = face if closing == "queue" else face.db
+    close = target.close()
+    if asyncio.iscoroutine(close):
+        q._call(close)
+    for t in threads:
+        t.join(20)
+    assert [o for o, _ in outcomes] == ["closed", "closed"]
+    assert max(took for _, took in outcomes) < 15  # not the 30 s wait
+    reopened = make_queue()
+    assert reopened.get(jid).state == "scheduled"
 
 
 def test_extend_many(make_queue: MakeQueue) -> None:

@@ -463,6 +463,9 @@ def test_bad_options_exit_2(db_path: str, capsys: pytest.CaptureFixture[str]) ->
     Queue(db_path).close()
     assert litegate_main(["worker", f"{HANDLERS}:record", "--db", db_path, "--lease", "0"]) == 2
     assert "lease must be a finite number of seconds, greater than zero" in capsys.readouterr().err
+    # a lease its heartbeat could not time (it once killed the heartbeat thread: OverflowError)
+    assert litegate_main(["worker", f"{HANDLERS}:record", "--db", db_path, "--lease", "1e12"]) == 2
+    assert "lease must be at most 31622400 s (a year)" in capsys.readouterr().err
     assert litegate_main(["worker", f"{HANDLERS}:record"]) == 2  # --db is required
     assert "give MODULE:FUNCTION and --db PATH|URL" in capsys.readouterr().err
 
@@ -675,6 +678,9 @@ def test_bad_worker_arguments(db_path: str) -> None:
             Worker(q, print, lease=1, heartbeat=1)
         with pytest.raises(litegate.ConfigError, match="concurrency must be at least 1"):
             Worker(q, print, concurrency=0)
+        for lease in (3e10, 1e12):  # its heartbeat thread once died of OverflowError
+            with pytest.raises(litegate.ConfigError, match="lease must be at most"):
+                Worker(q, print, lease=lease)
         with pytest.raises(litegate.ConfigError, match="pass them to Queue"):
             Worker(q, print, retry_base=0.1)
         w = Worker(q, print, burst=True)
