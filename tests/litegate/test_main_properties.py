@@ -257,6 +257,48 @@ def test_web_arguments_parse_or_exit_2(paths: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
+def test_worker_arguments_run_or_exit_2(paths: dict[str, str]) -> None:
+    """``litegate worker`` with odd option values, on an empty queue with
+    --burst: it runs and exits 0, or exits 2 with a message; never a
+    traceback, a dead heartbeat thread or a hang (a lease its heartbeat
+    could not time once killed that thread with OverflowError)."""
+    from litegate.queue import _cli as worker_cli
+
+    skip = {"--processes", "--django", "--settings", "--backend", "--db", "--help", "--burst"}
+    options = [o for o in options_of_parser(worker_cli.build_parser()) if o not in skip]
+    lease_values = ["1e9", "1e10", "3e10", "1e12", "1e300", "31622400", "31622401"]
+
+    @examples(40)
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(options),
+                st.sampled_from(ODD_VALUES + lease_values) | words,
+            ),
+            max_size=3,
+        )
+    )
+    def case(pairs: list[tuple[str, str]]) -> None:
+        ran("worker args")
+        argv = ["worker", "tests.litegate.queue.handlers:record", "--db", paths["db"], "--burst"]
+        for opt, value in pairs:
+            argv += [opt] if opt in FLAGS else [opt, value]
+        code, _out, err = run_cli(argv)
+        assert code in (0, 2), (argv, code, err)
+        no_traceback(code, err, argv)
+        assert "Exception in thread" not in err, (argv, err)
+
+    case()
+
+
+FLAGS = {"--pass-job", "--json", "--create"}
+
+
+def options_of_parser(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(k for k in parser._option_string_actions if k.startswith("--"))
+
+
+@pytest.mark.slow
 def test_litegate_with_any_first_word() -> None:
     @examples(40)
     @given(st.lists(st.sampled_from(["bench", "web", "--bogus", "-h", "help", "doctr"]) | words,

@@ -11,6 +11,7 @@ are counted after each case.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import shutil
@@ -24,7 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litegate
+import litegate.aio
 from litegate._profiles import GUARDED, PRAGMA_RULES
+from tests.litegate.misuse import ran
 
 ROWS = 25
 # Process-wide settings: a random value would change every other test's
@@ -139,13 +142,49 @@ def raise_to_roll_back() -> None:
     raise _RolledBack
 
 
+CONTROL = ["BEGIN", "BEGIN IMMEDIATE", "COMMIT", "END", "ROLLBACK", "SAVEPOINT s", "RELEASE s"]
+CONTROL += ["ROLLBACK TO s", "VACUUM", "ATTACH ':memory:' AS x", "DETACH x"]
+THROUGH = ["execute", "query", "write", "fn", "aexecute", "aquery", "awrite", "afn"]
+
+
+async def _through_aio(path: str, through: str, sql: str) -> None:
+    """``sql`` through the asyncio face's entry point ``through``."""
+    adb = litegate.aio.AsyncDatabase(litegate.connect(path, timeout=5))
+    try:
+        if through == "aexecute":
+            await adb.execute(sql)
+        elif through == "aquery":
+            await adb.query(sql)
+        elif through == "awrite":
+            async with adb.write() as tx:
+                await tx.execute(sql)
+        else:
+            await adb.transact(lambda conn: conn.execute(sql).fetchall())
+    finally:
+        await adb.close()
+
+
 @SETTINGS
-@given(name=names, value=values, through=st.sampled_from(["execute", "query", "write", "fn"]))
+@given(
+    statement=st.one_of(
+        st.tuples(names, values).map(
+            lambda nv: f"PRAGMA {nv[0]}" if nv[1] is None else f"PRAGMA {nv[0]} = {nv[1]}"
+        ),
+        st.sampled_from(CONTROL),
+    ),
+    through=st.sampled_from(THROUGH),
+)
 def test_pragma_statements_work_or_say_what_to_do(
-    seeded: str, name: str, value: object, through: str
+    seeded: str, statement: str, through: str
 ) -> None:
-    sql = f"PRAGMA {name}" if value is None else f"PRAGMA {name} = {value}"
+    """Any PRAGMA or transaction-control statement through every entry point
+    of both faces (sync and asyncio): it works, or a typed error says what
+    to do, or SQLite's own error reaches the caller. A statement litegate's
+    guard refused never leaks as SQLite's bare "not authorized"."""
+    sql = statement
+    ran("statements (sync and asyncio faces)")
     db = litegate.connect(seeded, timeout=5)
+    leaked: sqlite3.Error | None = None
     try:
         try:
             if through == "execute":
@@ -155,12 +194,17 @@ def test_pragma_statements_work_or_say_what_to_do(
             elif through == "write":
                 with db.write() as conn:
                     conn.execute(sql).fetchall()
-            else:
+            elif through == "fn":
                 db.transact(lambda conn: conn.execute(sql).fetchall())
+            else:
+                asyncio.run(_through_aio(seeded, through, sql))
         except litegate.Error as exc:
             typed(exc)
-        except sqlite3.Error:
-            pass  # SQL that SQLite rejects: its own error, to this caller only
+        except sqlite3.Error as exc:
+            # SQL that SQLite rejects: its own error, to this caller only
+            if "not authorized" in str(exc):
+                leaked = exc
+        assert leaked is None, f"{sql!r} via {through}: untyped {leaked!r}"
         # Whatever the PRAGMA did to this connection, litegate still works:
         # still WAL, still read and written, and the Database not broken.
         assert db.query("SELECT count(*) FROM kept") == [(ROWS,)]

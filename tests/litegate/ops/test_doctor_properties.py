@@ -356,6 +356,40 @@ def sql_error(fn: Callable[[], object]) -> str | None:
     return None
 
 
+def check_orphan_case(suffix: str, content: bytes) -> None:
+    """No database file, only its ``suffix`` log (-wal or -journal) holding
+    ``content``: doctor and connect both refuse while the log holds
+    anything (opening would create an empty database and discard it), both
+    name it, and neither changes it; an empty leftover lets connect make a
+    new database as for any missing path."""
+    with scratch() as d:
+        path = os.path.join(d, "app.db")
+        Path(path + suffix).write_bytes(content)
+        diagnosed = attempt(lambda: diagnose(path), "doctor")
+        assert isinstance(diagnosed.error, NotADatabase), diagnosed
+        opened = connect_outcome(path)
+        if content:
+            assert "does not exist, but its" in str(diagnosed.error), diagnosed
+            assert isinstance(opened.error, litegate.OpenError), opened
+            assert "does not exist, but its" in str(opened.error), opened
+            assert not os.path.exists(path), "connect created the database beside the log"
+            assert Path(path + suffix).read_bytes() == content, "the log was changed"
+        else:
+            assert opened.ok, opened
+            opened.value.close()
+
+
+@pytest.mark.slow
+def test_doctor_and_connect_agree_on_a_log_without_its_database(template: Template) -> None:
+    @examples(40)
+    @given(st.sampled_from(["-wal", "-journal"]), st.binary(max_size=600))
+    def case(suffix: str, content: bytes) -> None:
+        ran("database files")
+        check_orphan_case(suffix, content)
+
+    case()
+
+
 @pytest.mark.slow
 def test_doctor_and_connect_agree_on_any_database_file(template: Template) -> None:
     @examples(120)

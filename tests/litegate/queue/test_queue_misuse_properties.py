@@ -12,6 +12,8 @@ calls made explain: put, claimed, finished at most once."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import litegate
-from litegate.queue import Job, Queue
+import litegate.aio
+from litegate.queue import Job, Queue, UndecodablePayload, aio
 from tests.litegate.misuse import attempt, examples, ran
 
 OPS = ("ack", "ack_many", "fail", "extend", "extend_many", "release", "retry_dead")
@@ -119,3 +122,89 @@ def test_queue_calls_never_touch_another_queue_and_fail_typed(tmp_path: Path) ->
         case()
     finally:
         db.close()
+
+
+def _payload(kind: str, size: int) -> Any:
+    if kind == "deep":
+        deep: Any = []
+        for _ in range(size):
+            deep = [deep]
+        return deep
+    if kind == "big int":
+        return {"n": 10**size}
+    if kind == "loop":
+        loop: list[Any] = []
+        loop.append(loop)
+        return loop
+    if kind == "set":
+        return {size}
+    if kind == "nan":
+        return float("nan")
+    return {"k": "x" * size}
+
+
+payloads = st.tuples(
+    st.sampled_from(["plain", "deep", "big int", "loop", "set", "nan"]),
+    st.integers(0, 20_000),
+    st.booleans(),  # put with no limit on integer digits (a producer with other limits)
+)
+
+
+def test_payloads_a_claimer_may_not_decode_never_take_other_jobs_down(tmp_path: Path) -> None:
+    """Any payloads, some put by a "producer" whose limits differ from the
+    claimer's (no limit on integer digits): each put works or is a typed
+    PayloadError; each claim works (through both faces), returns exactly the
+    stored jobs it can decode and sends the others to the dead letters; every
+    listing (get, dead, counts) works; no job is lost or left leased."""
+    db = litegate.connect(str(tmp_path / "app.db"))
+    adb = litegate.aio.AsyncDatabase(db)
+    counter = [0]
+    limit = sys.get_int_max_str_digits()
+
+    @given(st.lists(payloads, min_size=1, max_size=6), st.booleans())
+    @examples(30)
+    def case(drawn: list[tuple[str, int, bool]], use_aio: bool) -> None:
+        counter[0] += 1
+        q = Queue(db, f"p{counter[0]}")
+        try:
+            stored = []
+            for kind, size, unlimited in drawn:
+                if unlimited:
+                    sys.set_int_max_str_digits(0)
+                try:
+                    put = attempt(partial(q.put, _payload(kind, size)), f"put {kind} {size}")
+                finally:
+                    sys.set_int_max_str_digits(limit)
+                if put.ok:
+                    stored.append(put.value)
+                ran("queue payloads")
+            if use_aio:
+
+                async def claim_all() -> list[Job]:
+                    return await aio.Queue(adb, q.name).claim(n=10)
+
+                claimed = attempt(lambda: asyncio.run(claim_all()), "aio claim")
+            else:
+                claimed = attempt(partial(q.claim, n=10), "claim")
+            assert claimed.ok, claimed
+            got = {j.id for j in claimed.value}
+            dead = attempt(q.dead, "dead")
+            assert dead.ok, dead
+            buried = {info.id for info in dead.value}
+            assert got | buried == set(stored)
+            assert not got & buried
+            for info in dead.value:
+                assert isinstance(info.payload, UndecodablePayload)
+                assert info.last_error is not None
+                assert "PayloadError" in info.last_error
+            for jid in stored:
+                assert attempt(partial(q.get, jid), "get").ok
+            counts = q.counts()
+            assert (counts["leased"], counts["dead"]) == (len(got), len(buried))
+        finally:
+            q.close()
+
+    try:
+        case()
+    finally:
+        asyncio.run(adb.close())
