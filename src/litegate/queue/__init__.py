@@ -17,7 +17,7 @@ gate (no "database is locked"), and calls from many threads share commits.
 runs a function over a queue. See the README's Queue section.
 """
 
-from ._core import STATES, Also, Job, JobInfo, UndecodablePayload
+from ._core import STATES, Also, Finished, Job, JobInfo, UndecodablePayload
 from ._errors import (
     CommitUnknown,
     DuplicateJob,
@@ -35,6 +35,7 @@ __all__ = [
     "Also",
     "CommitUnknown",
     "DuplicateJob",
+    "Finished",
     "HandlerError",
     "Job",
     "JobInfo",

@@ -168,6 +168,21 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="jobs claimed ahead of free threads; released unstarted on stop (0)",
     )
     p.add_argument(
+        "--ack-delay",
+        type=float,
+        default=0.010,
+        metavar="S",
+        help="finished jobs are settled (acked or failed) with the next claim, or after this "
+        "long at most (0.01); a SIGKILL loses these: those jobs run again after their lease",
+    )
+    p.add_argument(
+        "--ack-batch",
+        type=int,
+        default=100,
+        metavar="N",
+        help="settle at once when this many finished jobs wait (100)",
+    )
+    p.add_argument(
         "--retry-base",
         type=float,
         default=1.0,
@@ -258,6 +273,8 @@ def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
         "prefetch": args.prefetch,
         "lease": args.lease,
         "heartbeat": args.heartbeat,
+        "ack_delay": args.ack_delay,
+        "ack_batch": args.ack_batch,
         "grace": args.grace,
         "pass_job": True if args.pass_job else None,
         "burst": args.burst,

@@ -333,19 +333,11 @@ class Core:
         rows, until = yield Tx(claim if also is None else partial(_claim_also, claim, also))
         if not rows:
             return []
-        name = self.name
-        try:
-            payloads = _decode_many([r[1] for r in rows])
-        except _UNDECODABLE:
-            payloads = [_decode_or_mark(r[1]) for r in rows]
-            rows, payloads = yield from self._bury_undecodable(rows, payloads, token)
-        return [
-            Job(r[0], body, r[2], r[3], until, r[5], name, token)
-            for r, body in zip(rows, payloads, strict=True)
-        ]
+        jobs: list[Job] = yield from self._jobs(rows, until, token)
+        return jobs
 
     def _bury_undecodable(
-        self, rows: list[Any], payloads: list[Any], token: int
+        self, rows: list[Any], payloads: list[Any], token: int, until: float
     ) -> Step[tuple[list[Any], list[Any]]]:
         """Claimed jobs whose payload this process cannot decode go to the
         dead letters at once, each with a PayloadError naming it (running
@@ -354,7 +346,8 @@ class Core:
         bad = [(r[0], p) for r, p in zip(rows, payloads, strict=True)
                if isinstance(p, UndecodablePayload)]  # fmt: skip
         errors = {jid: f"PayloadError: {_undecodable_message(self.name, jid, p)}" for jid, p in bad}
-        yield Tx(partial(self.store.bury, owned=[(jid, token) for jid, _ in bad], errors=errors))
+        owned = [(jid, token, until) for jid, _ in bad]
+        yield Tx(partial(self.store.bury, owned=owned, errors=errors, queue=self.name))
         keep = [i for i, p in enumerate(payloads) if not isinstance(p, UndecodablePayload)]
         return [rows[i] for i in keep], [payloads[i] for i in keep]
 
@@ -390,7 +383,7 @@ class Core:
         if not todo:
             return 0
         owned, lost, hint = yield from self._finish(
-            todo, "ack", partial(self.store.ack, now=time.time()), also
+            todo, "ack", partial(self.store.ack, now=time.time(), queue=self.name), also
         )
         if lost:
             done = len(owned) - len(lost)
@@ -407,12 +400,12 @@ class Core:
 
     def _finish(
         self, todo: list[Job], what: str, op: Callable[..., Any], also: Also | None
-    ) -> Step[tuple[list[tuple[int, int]], list[int], str]]:
+    ) -> Step[tuple[list[sql.Owned], list[int], str]]:
         """Ack or release ``todo`` (``op``: the store's, given the owned
         pairs), each job once, with ``also`` in the same transaction; a
         call whose answer was lost is resolved by its tokens. Returns the
         owned pairs, the jobs no longer ours, and the hint for a retry."""
-        owned = list(dict.fromkeys((j.id, j.token) for j in todo))
+        owned = _owned(todo)
         call = partial(op, owned=owned)
         try:
             lost: list[int] = yield Tx(
@@ -451,42 +444,129 @@ class Core:
 
     def fail(self, job: Job, error: str, retry_in: float | None) -> Step[str]:
         (job,) = self._mine([job], "fail")
-        if not isinstance(error, str):
-            error = repr(error)
         delay = (
             self.backoff(job.attempt)
             if retry_in is None
             else _seconds("retry_in", retry_in, zero_ok=True)
         )
-        now = time.time()
-        fail = partial(
-            self.store.fail, jid=job.id, token=job.token, now=now, retry_at=now + delay, error=error
-        )
         try:
-            state = yield Tx(fail)
+            state = yield Tx(self._fail_call(job, error, delay, time.time()))
         except BaseException:
             _unsure([job], "fail")
             raise
+        state = yield from self._fail_outcome(job, state)
+        hint = _retry_hint([job], [job.id] if state is None else [], "fail")
+        _settled([job])
+        if state is None:
+            raise self._lost(job, "fail", hint)
+        return _fail_state(state, delay)
+
+    def _fail_call(self, job: Job, error: object, delay: float, now: float) -> Callable[..., Any]:
+        return partial(
+            self.store.fail,
+            jid=job.id,
+            token=job.token,
+            until=job.lease_until,
+            now=now,
+            retry_at=now + delay,
+            error=error if isinstance(error, str) else repr(error),
+            queue=self.name,
+        )
+
+    def _fail_outcome(self, job: Job, state: int | None) -> Step[int | None]:
+        """The state a fail left ``job`` in; None if not ours. A try whose
+        answer was lost earlier may have failed it already: its mark says."""
         if state is None and job._unsure == "fail":
-            # An earlier try whose answer was lost may have failed it already.
             rows = yield Query(
                 self.store.SELECT_FINISHED, {"ids": [job.id], "ids_json": f"[{job.id}]"}
             )
             if rows and _finished_by("fail", rows[0][1], rows[0][2], job.token):
                 state = int(rows[0][1])
-        hint = _retry_hint([job], [job.id] if state is None else [], "fail")
-        _settled([job])
-        if state is None:
-            raise self._lost(job, "fail", hint)
-        return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
+        return state
+
+    def finish_and_claim(
+        self,
+        acks: Iterable[Job],
+        fails: Iterable[tuple[Job, str]],
+        n: int,
+        lease: float,
+        also: Also | None = None,
+        ack_also: Also | None = None,
+    ) -> Step[Finished]:
+        """A worker's step in one transaction (one turn of the write gate):
+        ack ``acks`` (with ``ack_also``), fail each ``(job, error)`` of
+        ``fails`` (retried after the back-off, or dead), then claim up to
+        ``n`` jobs (none if ``n`` is 0) leased for ``lease`` seconds (with
+        ``also``). Jobs no longer held are not changed and are reported in
+        ``Finished.lost``, not raised: the claim is not given up for them."""
+        acked = self._mine(acks, "ack")
+        failing = [(job, error) for job, error in _check_fails(fails)]
+        self._mine([job for job, _ in failing], "fail")
+        n = _whole("n", n, minimum=0)
+        lease = _lease(lease)
+        now = time.time()
+        owned = _owned(acked)
+        ack_call: Callable[..., Any] | None = None
+        if owned:
+            ack_call = partial(self.store.ack, now=now, queue=self.name, owned=owned)
+            if ack_also is not None:
+                ack_call = partial(_ack_also, ack_call, owned, ack_also)
+        delays = [self.backoff(job.attempt) for job, _ in failing]
+        fail_calls = [
+            self._fail_call(job, error, delay, now)
+            for (job, error), delay in zip(failing, delays, strict=True)
+        ]
+        token = secrets.randbits(sql.TOKEN_BITS)
+        claim_call: Callable[..., Any] | None = None
+        if n:
+            claim_call = partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
+            if also is not None:
+                claim_call = partial(_claim_also, claim_call, also)
+        finishing = acked + [job for job, _ in failing]
+        try:
+            lost, states, (rows, until) = yield Tx(
+                partial(_finish_then_claim, ack_call, fail_calls, claim_call)
+            )
+        except BaseException:
+            _unsure(acked, "ack")
+            _unsure([job for job, _ in failing], "fail")
+            raise
+        if lost:
+            lost = yield from self._own_work(acked, lost, "ack")
+        outcomes: dict[int, str] = {}
+        for (job, _), state, delay in zip(failing, states, delays, strict=True):
+            state = yield from self._fail_outcome(job, state)
+            if state is None:
+                lost.append(job.id)
+            else:
+                outcomes[job.id] = _fail_state(state, delay)
+        _settled(finishing)
+        jobs = (yield from self._jobs(rows, until, token)) if rows else []
+        return Finished(jobs, lost, outcomes)
+
+    def _jobs(self, rows: list[Any], until: float, token: int) -> Step[list[Job]]:
+        """Claimed rows as Jobs; those whose payload this process cannot
+        decode go to the dead letters instead (see _bury_undecodable)."""
+        name = self.name
+        try:
+            payloads = _decode_many([r[1] for r in rows])
+        except _UNDECODABLE:
+            payloads = [_decode_or_mark(r[1]) for r in rows]
+            rows, payloads = yield from self._bury_undecodable(rows, payloads, token, until)
+        return [
+            Job(r[0], body, r[2], r[3], until, r[5], name, token)
+            for r, body in zip(rows, payloads, strict=True)
+        ]
 
     def extend(self, jobs: Iterable[Job], lease: float) -> Step[float]:
         todo = self._mine(jobs, "extend")
         lease = _lease(lease)
         if not todo:
             return time.time() + lease
-        owned = list(dict.fromkeys((j.id, j.token) for j in todo))  # each job once
-        lost, until = yield Tx(partial(self.store.extend, owned=owned, lease=lease))
+        owned = _owned(todo)
+        lost, until = yield Tx(
+            partial(self.store.extend, owned=owned, lease=lease, queue=self.name)
+        )
         for job in todo:
             if job.id not in lost:
                 job.lease_until = until
@@ -505,7 +585,9 @@ class Core:
         todo = self._mine(jobs, "release")
         if not todo:
             return 0
-        owned, lost, hint = yield from self._finish(todo, "release", self.store.release, also)
+        owned, lost, hint = yield from self._finish(
+            todo, "release", partial(self.store.release, queue=self.name), also
+        )
         if lost:
             raise LeaseLost(
                 f"job(s) {_ids(lost)} of queue {self.name!r} are no longer held by this worker; "
@@ -580,20 +662,59 @@ class Core:
             )
         total = 0
         for state, before in targets:
-            while True:
-                n = yield Tx(
+            after: int | None = 0  # where the store goes on from (None: done)
+            while after is not None:
+                n, after = yield Tx(
                     partial(
                         self.store.purge,
                         queue=self.name,
                         state=state,
                         before=before,
                         limit=PURGE_CHUNK,
+                        after=after,
                     )
                 )
                 total += n
-                if n == 0:  # (a short chunk may only have skipped the newest row)
-                    break
         return total
+
+
+class Finished(NamedTuple):
+    """What ``q.finish_and_claim()`` did: the jobs it claimed, the ids of the
+    jobs given to ack or fail that were no longer held (not changed), and
+    each failed job's new state (``"ready"``, ``"scheduled"`` or ``"dead"``)
+    by id."""
+
+    jobs: list[Job]
+    lost: list[int]
+    failed: dict[int, str]
+
+
+def _fail_state(state: int, delay: float) -> str:
+    return "dead" if state == sql.DEAD else ("ready" if delay == 0 else "scheduled")
+
+
+def _check_fails(fails: Iterable[tuple[Job, str]]) -> list[tuple[Job, str]]:
+    out = []
+    for item in fails:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Job)):
+            raise ConfigError(
+                f"fail= takes (job, error) pairs, a Job from q.claim() and its error text; "
+                f"got {item!r}"
+            )
+        out.append((item[0], item[1] if isinstance(item[1], str) else repr(item[1])))
+    return out
+
+
+def _finish_then_claim(
+    ack: Callable[..., list[int]] | None,
+    fails: list[Callable[..., int | None]],
+    claim: Callable[..., tuple[list[Any], float]] | None,
+    conn: Any,
+) -> tuple[list[int], list[int | None], tuple[list[Any], float]]:
+    lost = [] if ack is None else ack(conn)
+    states = [fail(conn) for fail in fails]
+    claimed = ([], 0.0) if claim is None else claim(conn)
+    return lost, states, claimed
 
 
 def _undecodable_message(queue: str, jid: int, payload: UndecodablePayload) -> str:
@@ -612,14 +733,19 @@ def _claim_also(claim: Callable[..., Any], also: Also, conn: Any) -> Any:
     return rows, until
 
 
+def _owned(jobs: list[Job]) -> list[sql.Owned]:
+    """What the stores take back: (id, token, lease_until), each job once."""
+    return list(dict.fromkeys((j.id, j.token, j.lease_until) for j in jobs))
+
+
 def _ack_also(
-    ack: Callable[..., list[int]], owned: list[tuple[int, int]], also: Also, conn: Any
+    ack: Callable[..., list[int]], owned: list[sql.Owned], also: Also, conn: Any
 ) -> list[int]:
     """``ack(conn)`` (or a release: same shape), then ``also`` with the ids
     it changed, in the same transaction."""
     lost = ack(conn)
     gone = set(lost)
-    acked = [jid for jid, _ in owned if jid not in gone]
+    acked = [o[0] for o in owned if o[0] not in gone]
     if acked:
         also(conn, acked)
     return lost

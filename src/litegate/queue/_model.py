@@ -8,6 +8,11 @@ from __future__ import annotations
 READY, LEASED, DONE, DEAD = 0, 1, 2, 3
 
 
+Owned = tuple[int, int, float]
+"""A claimed job as the stores take it back: (id, token, lease_until). The
+lease's end is the Job's own copy (SQLite's store finds the lease by it)."""
+
+
 class KeyTaken(Exception):
     """Internal: a dedupe key is held by ``existing_id`` (the logic turns it
     into :class:`litegate.queue.DuplicateJob`)."""

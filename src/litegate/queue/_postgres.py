@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import ConfigError, OpenError
 from ._errors import PayloadError
-from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_mark
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken, Owned, failed_mark, released_mark
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
 
@@ -468,18 +468,19 @@ RETURNING j.id
 """
 
 
-def _owned_arrays(owned: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    return [jid for jid, _ in owned], [token for _, token in owned]
+def _owned_arrays(owned: Sequence[Owned]) -> tuple[list[int], list[int]]:
+    return [o[0] for o in owned], [o[1] for o in owned]
 
 
-def ack(conn: Any, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
-    """Mark done the jobs still held under these (id, token) pairs; return
-    the ids that were not. (``now`` is the host's; the server stamps.)"""
+def ack(conn: Any, now: float, owned: Sequence[Owned], queue: str = "") -> list[int]:
+    """Mark done the jobs still held under these (id, token, lease_until)
+    (the lease's end is not needed here: rows are found by id); return the
+    ids that were not. (``now`` is the host's; the server stamps.)"""
     if len(owned) == 1:
-        jid, token = owned[0]
+        jid, token, _until = owned[0]
         return [] if conn.execute(_ACK_ONE, (jid, token)).fetchall() else [jid]
     done = {r[0] for r in conn.execute(_ACK, _owned_arrays(owned)).fetchall()}
-    return [jid for jid, _ in owned if jid not in done]
+    return [o[0] for o in owned if o[0] not in done]
 
 
 # Dated like a claim (see _CLAIM): from when the statement runs.
@@ -493,7 +494,9 @@ RETURNING j.id, {_epoch("(SELECT t FROM clock) + %(lease)s * interval '1 second'
 """
 
 
-def extend(conn: Any, owned: Sequence[tuple[int, int]], lease: float) -> tuple[list[int], float]:
+def extend(
+    conn: Any, owned: Sequence[Owned], lease: float, queue: str = ""
+) -> tuple[list[int], float]:
     """Move the leases on to ``lease`` seconds from the server's now; also
     takes back a job whose lease ran out and that nobody has claimed since.
     Returns the ids no longer ours and the new end of the leases."""
@@ -519,7 +522,16 @@ SELECT state, CASE WHEN state = 0 THEN pg_notify('{CHANNEL}', queue) END FROM fa
 """
 
 
-def fail(conn: Any, jid: int, token: int, now: float, retry_at: float, error: str) -> int | None:
+def fail(
+    conn: Any,
+    jid: int,
+    token: int,
+    now: float,
+    retry_at: float,
+    error: str,
+    until: float = 0.0,
+    queue: str = "",
+) -> int | None:
     """Record a failed attempt: back to the queue after the delay
     (``retry_at - now``, on the server's clock), or dead. Returns the new
     state, None if not ours."""
@@ -534,11 +546,11 @@ UPDATE {TABLE} SET state = 3, done_at = now(), last_error = %s, token = %s, leas
 """
 
 
-def bury(conn: Any, owned: Sequence[tuple[int, int]], errors: dict[int, str]) -> int:
+def bury(conn: Any, owned: Sequence[Owned], errors: dict[int, str], queue: str = "") -> int:
     """Send these claimed jobs straight to the dead letters with their
     errors (a payload the claimer cannot decode); returns how many."""
     n = 0
-    for jid, token in owned:
+    for jid, token, _until in owned:
         n += conn.execute(_BURY, (errors[jid], failed_mark(token), jid, token)).rowcount
     return n
 
@@ -555,12 +567,12 @@ SELECT id, pg_notify('{CHANNEL}', queue) FROM back
 """
 
 
-def release(conn: Any, owned: Sequence[tuple[int, int]]) -> list[int]:
+def release(conn: Any, owned: Sequence[Owned], queue: str = "") -> list[int]:
     """Give jobs back unstarted; returns the ids that were no longer ours."""
     ids, tokens = _owned_arrays(owned)
     marks = [released_mark(t) for t in tokens]
     back = {r[0] for r in conn.execute(_RELEASE, (ids, tokens, marks)).fetchall()}
-    return [jid for jid, _ in owned if jid not in back]
+    return [o[0] for o in owned if o[0] not in back]
 
 
 ONE_STATEMENT = frozenset({insert_one, insert_many, claim, ack, extend, fail, release})
@@ -622,11 +634,11 @@ def ack_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
     them succeeds, as when they come one after the other."""
     if len(calls) == 1:
         return [ack(conn, calls[0]["now"], calls[0]["owned"])]
-    first: list[tuple[int, int]] = []
+    first: list[Owned] = []
     seen: set[int] = set()
     later: set[int] = set()
     for i, call in enumerate(calls):
-        ids = {jid for jid, _ in call["owned"]}
+        ids = {o[0] for o in call["owned"]}
         if ids & seen:
             later.add(i)
         else:
@@ -636,7 +648,7 @@ def ack_merged(conn: Any, calls: Sequence[dict[str, Any]]) -> list[Any]:
     return [
         ack(conn, call["now"], call["owned"])
         if i in later
-        else [jid for jid, _ in call["owned"] if jid not in done]
+        else [o[0] for o in call["owned"] if o[0] not in done]
         for i, call in enumerate(calls)
     ]
 
@@ -704,11 +716,16 @@ RETURNING id
 """
 
 
-def purge(conn: Any, queue: str, state: int, before: float, limit: int) -> int:
+def purge(
+    conn: Any, queue: str, state: int, before: float, limit: int, after: int = 0
+) -> tuple[int, int | None]:
     """Delete up to ``limit`` finished jobs of ``state`` that finished before
-    ``before`` (a time the user gave: epoch seconds), oldest first. Identity
-    ids are never handed out twice, so nothing has to be kept back."""
-    return len(conn.execute(_PURGE, (queue, state, before, limit)).fetchall())
+    ``before`` (a time the user gave: epoch seconds), oldest first, through
+    the state's index. Returns (deleted, None when there is no more to do,
+    else ``after`` unchanged: the next call starts again from the oldest).
+    Identity ids are never handed out twice, so nothing has to be kept back."""
+    n = len(conn.execute(_PURGE, (queue, state, before, limit)).fetchall())
+    return n, (after if n == limit else None)
 
 
 # -- reads (parameters by name; the host's "now" is there if a read needs it) ---

@@ -13,7 +13,7 @@ from .._database import Database, connect
 from .._errors import Closed, ConfigError
 from . import _postgres
 from . import _sqlite as sql
-from ._core import Also, Core, Job, JobInfo, Step, _seconds, drive
+from ._core import Also, Core, Finished, Job, JobInfo, Step, _seconds, drive
 from ._errors import LeaseLost
 from ._pgdb import PgDatabase, PgWaker, is_url
 from ._waker import Waker
@@ -138,6 +138,15 @@ class QueueFace:
             self.stats_counters.add("dead", 1)
         elif state == "ready":
             self._waker.notify()
+
+    def _finished(self, done: Finished, acks: list[Job]) -> None:
+        """Count what a finish_and_claim did with ``acks`` and the rest."""
+        counters = self.stats_counters
+        counters.add("claimed", len(done.jobs))
+        counters.add("lease_lost", len(done.lost))
+        counters.add("acked", len({j.id for j in acks} - set(done.lost)))
+        for state in done.failed.values():
+            self._failed(state)
 
     def _count_lost(self, exc: LeaseLost) -> None:
         self.stats_counters.add("lease_lost", len(exc.job_ids))
@@ -282,6 +291,43 @@ class Queue(QueueFace):
             jobs = self._run(self._core.claim(n, lease, also))
         self.stats_counters.add("claimed", len(jobs))
         return jobs
+
+    def finish_and_claim(
+        self,
+        ack: Iterable[Job] = (),
+        fail: Iterable[tuple[Job, str]] = (),
+        n: int = 1,
+        lease: float = 30.0,
+        wait: float = 0.0,
+        *,
+        also: Also | None = None,
+        ack_also: Also | None = None,
+    ) -> Finished:
+        """A worker's step in one transaction, one turn of the write gate:
+        ack the jobs in ``ack`` (``ack_also``: as ``ack_many``'s ``also``),
+        fail each ``(job, error)`` in ``fail`` (retried after the back-off,
+        or dead), then claim up to ``n`` jobs (``n=0``: none), as
+        :meth:`claim` with ``lease``, ``wait`` and ``also`` (a wait for work
+        happens after the acks and failures are committed).
+
+        Returns :class:`Finished`: the claimed ``jobs``, the ids of the jobs
+        given to ack or fail that were no longer held (``lost``: not changed,
+        not raised, so that the claim stands), and each failed job's new
+        state. A call that raised instead of answering is tried again with
+        the same Jobs, as for ``ack``/``fail``."""
+        wait = _seconds("wait", wait, zero_ok=True)
+        ack, fail = list(ack), list(fail)
+        if not ack and not fail:  # a claim (PostgreSQL merges those of many threads)
+            return (
+                Finished(self.claim(n, lease, wait, also=also), [], {})
+                if n
+                else Finished([], [], {})
+            )
+        done: Finished = self._run(self._core.finish_and_claim(ack, fail, n, lease, also, ack_also))
+        self._finished(done, ack)
+        if not done.jobs and n and wait > 0:
+            return done._replace(jobs=self.claim(n, lease, wait, also=also))
+        return done
 
     # -- finishing ----------------------------------------------------------------
     def ack(self, job: Job) -> None:

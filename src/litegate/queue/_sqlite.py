@@ -4,11 +4,43 @@ Every function here runs on a connection it is given, inside a transaction
 someone else opened and will commit (litegate's group commit, through
 ``db.transact``), or builds a read statement for the reader pool. Nothing
 here validates arguments, encodes payloads or decides policy: that is the
-queue's logic (``_core.py``), which a PostgreSQL store will share.
+queue's logic (``_core.py``), which the PostgreSQL store shares.
 
-States are small integers in the table and names in the API. A job waiting
-for its ``run_at`` is state 0 whether it is due ("ready") or not
-("scheduled"): the difference is the clock, not a write.
+The schema is built for the fewest pages written per operation, because on
+SQLite every page a transaction changes is a frame appended to the WAL (and
+copied back by a checkpoint). A job's state is which small table holds its
+key, as in solid_queue:
+
+- ``litegate_queue_jobs``: one row per job (the payload and what a listing
+  shows), appended by a put and rewritten when the job finishes. It has no
+  index on the hot path: finished jobs stay readable by id without slowing
+  anything down, and purge walks it in id order (ids grow with time).
+- ``litegate_queue_ready``: the key of every job that can be claimed now, in
+  claim order (queue, -priority, run_at, id), and nothing else: a claim
+  takes the first n entries, a put adds one.
+- ``litegate_queue_scheduled``: jobs due later (a delay, a retry's back-off),
+  by run_at. A claim moves the ones that fell due to ready first.
+- ``litegate_queue_leased``: the jobs being worked on, by (queue,
+  lease_until, id), with the lease's token and the attempt number: the
+  expiry sweep and next_due read its first entries; an ack finds its row by
+  the key the Job carries.
+- ``litegate_queue_counts``: exact counts per (queue, state, hour), changed
+  once per statement by the functions below (never by triggers).
+
+Pages written, the common case (no dedupe key, no delay):
+
+======  ==================================================  =====
+put     the job's row, its ready entry, the counts row      3
+claim   its ready entry (taken), its leased row, counts     3
+ack     its leased row, the job's row, counts               3
+======  ==================================================  =====
+
+Batches share pages: put_many, a claim of n and ack_many of n write a few
+pages of each table for the whole batch.
+
+Only the functions here change these tables; hand-written SQL that does
+must be followed by ``Queue.recount()``. Times are ``time.time()`` of the
+host (one machine shares the file).
 """
 
 from __future__ import annotations
@@ -16,33 +48,44 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._errors import ConfigError
-from ._model import DEAD, DONE, LEASED, READY, KeyTaken, failed_mark, released_mark
+from ._model import DEAD, DONE, LEASED, READY, KeyTaken, Owned, failed_mark, released_mark
 
 __all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
-TABLE = "litegate_jobs"
+JOBS = "litegate_queue_jobs"
+READY_T = "litegate_queue_ready"
+SCHEDULED = "litegate_queue_scheduled"
+LEASED_T = "litegate_queue_leased"
 COUNTS_TABLE = "litegate_queue_counts"
 
-# Partial indexes keep the hot ones small: finished jobs leave the claim and
-# lease indexes, so a table full of done jobs does not slow claims down.
-# - ready: claim order (highest priority, then oldest run_at, then id);
-# - leased: expiry sweep, by lease_until;
-# - key: dedupe while a job is not done (dead jobs keep their key, so
-#   retry_dead can never collide);
-# - done, dead: purge, dead letters and their counts (one each: SQLite uses a
-#   partial index only for a WHERE that names its state exactly).
-# Ids: SQLite gives a new row max(id) + 1, and purge never deletes the row
-# with the largest id, so an id is never given to a second job and ids an
-# application stored stay unambiguous. (AUTOINCREMENT does the same but
-# costs a sqlite_sequence update per row: 40 % more for put_many.)
-_V1 = f"""
-CREATE TABLE IF NOT EXISTS {TABLE} (
+# The counts' states: the job states, and SCHEDULED for waiting jobs not yet
+# due (counted per hour of their run_at: see COUNTS).
+SCHEDULED_STATE = 4
+
+# A job row's state: LIVE while it is in one of the hot tables (ready,
+# scheduled or leased: the tables say which), then DONE or DEAD.
+LIVE = READY
+
+# The hour a scheduled job's run_at falls in. Every hour but the current one
+# is wholly before or after now, so counts() splits scheduled jobs into due
+# and not yet due from a few count rows plus the current hour's jobs.
+HOUR = 3600
+
+
+def _hour(t: float) -> int:
+    return int(t // HOUR)
+
+
+# -- schema --------------------------------------------------------------------
+
+_V4 = f"""
+CREATE TABLE IF NOT EXISTS {JOBS} (
     id           INTEGER PRIMARY KEY,
     queue        TEXT    NOT NULL,
     state        INTEGER NOT NULL,
@@ -51,83 +94,37 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     payload      TEXT    NOT NULL,
     attempts     INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL,
-    lease_until  REAL,
     token        INTEGER,
     key          TEXT,
     last_error   TEXT,
     created_at   REAL    NOT NULL,
     done_at      REAL
 );
-CREATE INDEX IF NOT EXISTS {TABLE}_ready
-    ON {TABLE} (queue, priority DESC, run_at, id) WHERE state = 0;
-CREATE INDEX IF NOT EXISTS {TABLE}_leased
-    ON {TABLE} (queue, lease_until) WHERE state = 1;
-CREATE UNIQUE INDEX IF NOT EXISTS {TABLE}_key
-    ON {TABLE} (queue, key) WHERE key IS NOT NULL AND state <> 2;
-CREATE INDEX IF NOT EXISTS {TABLE}_done
-    ON {TABLE} (queue, done_at) WHERE state = 2;
-CREATE INDEX IF NOT EXISTS {TABLE}_dead
-    ON {TABLE} (queue, done_at) WHERE state = 3;
-CREATE TABLE IF NOT EXISTS litegate_queue_schema (version INTEGER NOT NULL);
-"""
-
-# The hour a waiting job's run_at falls in. Counts keep waiting jobs per hour
-# so that "ready" (due now) and "scheduled" (due later) come from a few rows:
-# every hour but the current one is wholly on one side of now, and only the
-# jobs due later within the current hour are counted from the table.
-# Division is monotonic, so a job with run_at > now is never in an earlier
-# hour than now's.
-HOUR = 3600
-
-
-def _bucket(row: str) -> str:
-    return f"CASE WHEN {row}.state = 0 THEN CAST({row}.run_at / {HOUR} AS INTEGER) ELSE 0 END"
-
-
-def _add(row: str, delta: int) -> str:
-    return (
-        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
-        f"VALUES ({row}.queue, {row}.state, {_bucket(row)}, {delta}) "
-        f"ON CONFLICT (queue, state, bucket) DO UPDATE SET n = n + {delta};"
-    )
-
-
-def _sub(row: str, prune: bool = False) -> str:
-    where = f"queue = {row}.queue AND state = {row}.state AND bucket = {_bucket(row)}"
-    sql = f"UPDATE {COUNTS_TABLE} SET n = n - 1 WHERE {where};"
-    # (version 2 only: see _V3)
-    return sql + (f"DELETE FROM {COUNTS_TABLE} WHERE {where} AND n = 0;" if prune else "")
-
-
-def _count_triggers(prune: bool) -> str:
-    return f"""
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_insert AFTER INSERT ON {TABLE} BEGIN
-    {_add("new", 1)}
-END;
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_delete AFTER DELETE ON {TABLE} BEGIN
-    {_sub("old", prune)}
-END;
-CREATE TRIGGER IF NOT EXISTS {TABLE}_count_update AFTER UPDATE OF queue, state, run_at ON {TABLE}
-WHEN old.queue <> new.queue OR old.state <> new.state OR {_bucket("old")} <> {_bucket("new")}
-BEGIN
-    {_sub("old", prune)}
-    {_add("new", 1)}
-END;
-"""
-
-
-# Version 2: exact counts per (queue, state[, hour]) kept by triggers, in the
-# transaction of every write that changes a job's state, run_at or queue:
-# the queue's own statements and anyone else's (put_on, an older litegate, a
-# hand-written UPDATE) alike, so counts() reads a few rows instead of every
-# job. Lease expiry changes no row until a claim sweeps it, and counts()
-# reports a lease that ran out as "leased" until then, as before. The "due"
-# index gives next_due() the earliest waiting job as a seek, and counts()
-# the jobs due later within the current hour. It is on run_at + 0, not
-# run_at, and read only as run_at + 0: a claim's "run_at <= now" must keep
-# walking the ready index in claim order, never sort every due job (the
-# planner would pick a plain run_at index for that range).
-_V2 = f"""
+CREATE UNIQUE INDEX IF NOT EXISTS {JOBS}_key
+    ON {JOBS} (queue, key) WHERE key IS NOT NULL AND state <> 2;
+CREATE INDEX IF NOT EXISTS {JOBS}_dead ON {JOBS} (queue, done_at) WHERE state = 3;
+CREATE TABLE IF NOT EXISTS {READY_T} (
+    queue  TEXT    NOT NULL,
+    prio   INTEGER NOT NULL,
+    run_at REAL    NOT NULL,
+    id     INTEGER NOT NULL,
+    PRIMARY KEY (queue, prio, run_at, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS {SCHEDULED} (
+    queue  TEXT    NOT NULL,
+    run_at REAL    NOT NULL,
+    id     INTEGER NOT NULL,
+    prio   INTEGER NOT NULL,
+    PRIMARY KEY (queue, run_at, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS {LEASED_T} (
+    queue       TEXT    NOT NULL,
+    lease_until REAL    NOT NULL,
+    id          INTEGER NOT NULL,
+    token       INTEGER NOT NULL,
+    attempts    INTEGER NOT NULL,
+    PRIMARY KEY (queue, lease_until, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS {COUNTS_TABLE} (
     queue  TEXT    NOT NULL,
     state  INTEGER NOT NULL,
@@ -135,42 +132,33 @@ CREATE TABLE IF NOT EXISTS {COUNTS_TABLE} (
     n      INTEGER NOT NULL,
     PRIMARY KEY (queue, state, bucket)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS {TABLE}_due ON {TABLE} (queue, (run_at + 0)) WHERE state = 0;
-{_count_triggers(prune=True)}
+CREATE TABLE IF NOT EXISTS litegate_queue_schema (version INTEGER NOT NULL);
+"""
+
+# Schema 3 (one table, litegate_jobs, with partial indexes and counts kept by
+# triggers) moved into schema 4 in the migrating transaction: all of it, or
+# (if that process dies) none of it. A leased job keeps its token and lease.
+_FROM_V3 = f"""
+INSERT INTO {JOBS} (id, queue, state, priority, run_at, payload, attempts, max_attempts,
+                    token, key, last_error, created_at, done_at)
+    SELECT id, queue, CASE WHEN state = 1 THEN 0 ELSE state END, priority, run_at, payload,
+           CASE WHEN state = 1 THEN max(attempts - 1, 0) ELSE attempts END, max_attempts,
+           token, key, last_error, created_at, done_at
+      FROM litegate_jobs;
+INSERT INTO {READY_T} (queue, prio, run_at, id)
+    SELECT queue, -priority, run_at, id FROM litegate_jobs WHERE state = 0 AND run_at <= :now;
+INSERT INTO {SCHEDULED} (queue, run_at, id, prio)
+    SELECT queue, run_at, id, -priority FROM litegate_jobs WHERE state = 0 AND run_at > :now;
+INSERT INTO {LEASED_T} (queue, lease_until, id, token, attempts)
+    SELECT queue, coalesce(lease_until, 0), id, coalesce(token, 0), attempts
+      FROM litegate_jobs WHERE state = 1;
+DROP TABLE litegate_jobs;
 DELETE FROM {COUNTS_TABLE};
-INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n)
-    SELECT queue, state, {_bucket(TABLE)}, count(*) FROM {TABLE} GROUP BY 1, 2, 3;
 """
-
-# Version 3: the triggers no longer delete a count that falls to zero. That
-# DELETE ran after every claim and ack (a statement per job of a batch) and
-# was half of what the counts cost a batched job (put_many + claim + ack_many
-# of 100: 25.8 us a job with it, 20.7 without, 13.9 without any count; median
-# of 7 interleaved rounds). Empty rows are cleared instead by purge() and,
-# at most once an hour per process, by a claim (prune()): a few dozen rows a
-# day at most in between, which counts() sums as zeros.
-_V3 = f"""
-DROP TRIGGER IF EXISTS {TABLE}_count_delete;
-DROP TRIGGER IF EXISTS {TABLE}_count_update;
-{_count_triggers(prune=False)}
-DELETE FROM {COUNTS_TABLE} WHERE n = 0;
-"""
-
-# Version n's script, applied to a database at version n - 1 (0: none).
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3}
 
 
 def _statements(script: str) -> list[str]:
-    # Split on ";" but keep each CREATE TRIGGER ... END whole.
-    out: list[str] = []
-    buf = ""
-    for part in script.split(";"):
-        buf += part + ";"
-        if sqlite3.complete_statement(buf):
-            if buf.strip(" \n;"):
-                out.append(buf.strip())
-            buf = ""
-    return out
+    return [s.strip() for s in script.split(";") if s.strip()]
 
 
 def create_schema(conn: sqlite3.Connection) -> int:
@@ -191,18 +179,108 @@ def create_schema(conn: sqlite3.Connection) -> int:
         )
     if found == SCHEMA_VERSION:
         return found
-    # 1 -> 2 reads every job once to fill the counts: seconds per million.
-    for version in range(found + 1, SCHEMA_VERSION + 1):
-        for statement in _statements(MIGRATIONS[version]):
-            conn.execute(statement)
-        conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (?)", (version,))
+    if 0 < found < 3:
+        # Versions 1 and 2 differ from 3 only in the counts' triggers, which
+        # the move below drops with their table.
+        found = 3
+    for statement in _statements(_V4):
+        conn.execute(statement)
+    old = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'litegate_jobs'"
+    ).fetchone()
+    if old is not None:
+        now = time.time()
+        for statement in _statements(_FROM_V3):
+            conn.execute(statement, {"now": now} if ":now" in statement else {})
+        recount(conn)
+    conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (?)", (SCHEMA_VERSION,))
     return SCHEMA_VERSION
 
 
-# -- writes (run inside db.transact) -----------------------------------------
+def recount(conn: sqlite3.Connection) -> None:
+    """Count every job again (all queues): after SQL that changed the
+    queue's tables by hand. Reads each table once."""
+    conn.execute(f"DELETE FROM {COUNTS_TABLE}")
+    conn.execute(
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
+        f"SELECT queue, {READY}, 0, count(*) FROM {READY_T} GROUP BY queue"
+    )
+    conn.execute(
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
+        f"SELECT queue, {SCHEDULED_STATE}, CAST(run_at / {HOUR} AS INTEGER), count(*) "
+        f"FROM {SCHEDULED} GROUP BY 1, 3"
+    )
+    conn.execute(
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
+        f"SELECT queue, {LEASED}, 0, count(*) FROM {LEASED_T} GROUP BY queue"
+    )
+    conn.execute(
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) "
+        f"SELECT queue, state, 0, count(*) FROM {JOBS} WHERE state IN (2, 3) GROUP BY 1, 2"
+    )
+
+
+# -- counting ------------------------------------------------------------------
+
+_COUNT = (
+    f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, n) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (queue, state, bucket) DO UPDATE SET n = n + excluded.n"
+)
+
+Deltas = dict[tuple[int, int], int]
+
+
+def _count(conn: sqlite3.Connection, queue: str, deltas: Deltas) -> None:
+    """Apply ``{(state, bucket): change}`` to the queue's counts, one
+    statement for the lot. A count that falls to zero keeps its row (a
+    DELETE per change cost as much as the change; purge clears them)."""
+    rows = [(queue, state, bucket, n) for (state, bucket), n in deltas.items() if n]
+    if len(rows) == 1:
+        conn.execute(_COUNT, rows[0])
+    elif rows:
+        conn.executemany(_COUNT, rows)
+
+
+def _add(deltas: Deltas, state: int, bucket: int, n: int) -> None:
+    deltas[(state, bucket)] = deltas.get((state, bucket), 0) + n
+
+
+def _waiting(deltas: Deltas, run_at: float, now: float, n: int) -> None:
+    """Count ``n`` jobs coming into (n > 0) or leaving the table their
+    ``run_at`` puts them in: ready if due at ``now``, else scheduled."""
+    if run_at <= now:
+        _add(deltas, READY, 0, n)
+    else:
+        _add(deltas, SCHEDULED_STATE, _hour(run_at), n)
+
+
+def _enqueue(conn: sqlite3.Connection, queue: str, jobs: Iterable[tuple[int, int, float]],
+             now: float, deltas: Deltas) -> None:  # fmt: skip
+    """Put jobs ``(id, priority, run_at)`` where they wait: ready or
+    scheduled. Their job rows are the caller's."""
+    ready, later = [], []
+    for jid, priority, run_at in jobs:
+        if run_at <= now:
+            ready.append((queue, -priority, run_at, jid))
+        else:
+            later.append((queue, run_at, jid, -priority))
+        _waiting(deltas, run_at, now, 1)
+    if len(ready) == 1:
+        conn.execute(_INSERT_READY, ready[0])
+    elif ready:
+        conn.executemany(_INSERT_READY, ready)
+    if later:
+        conn.executemany(_INSERT_SCHEDULED, later)
+
+
+_INSERT_READY = f"INSERT INTO {READY_T} (queue, prio, run_at, id) VALUES (?, ?, ?, ?)"
+_INSERT_SCHEDULED = f"INSERT INTO {SCHEDULED} (queue, run_at, id, prio) VALUES (?, ?, ?, ?)"
+
+
+# -- putting ---------------------------------------------------------------------
 
 _INSERT = (
-    f"INSERT INTO {TABLE} (queue, state, priority, run_at, payload, max_attempts, key, "
+    f"INSERT INTO {JOBS} (queue, state, priority, run_at, payload, max_attempts, key, "
     "created_at) VALUES (?, 0, ?, ?, ?, ?, ?, ?)"
 )
 
@@ -218,18 +296,21 @@ def insert_one(conn: sqlite3.Connection, row: Row) -> int:
         if key is None:
             raise
         found = conn.execute(
-            f"SELECT id FROM {TABLE} WHERE queue = ? AND key = ? AND state <> 2", (row[0], key)
+            f"SELECT id FROM {JOBS} WHERE queue = ? AND key = ? AND state <> 2", (row[0], key)
         ).fetchone()
         if found is None:
             raise
         raise KeyTaken(key, int(found[0])) from None
-    rowid = cur.lastrowid
-    assert rowid is not None
-    return rowid
+    jid = cur.lastrowid
+    assert jid is not None
+    deltas: Deltas = {}
+    _enqueue(conn, row[0], [(jid, row[1], row[2])], time.time(), deltas)
+    _count(conn, row[0], deltas)
+    return jid
 
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
-    """Insert ``rows`` (no keys) and return their ids, in order.
+    """Insert ``rows`` (no keys, one queue) and return their ids, in order.
 
     ``executemany`` keeps the per-row cost in C but reports no ids. Inside
     one write transaction, with nobody else writing, SQLite gives each new
@@ -238,188 +319,365 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
     """
     if len(rows) == 1:
         return [insert_one(conn, rows[0])]
-    before = conn.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}").fetchone()[0]
+    before = conn.execute(f"SELECT coalesce(max(id), 0) FROM {JOBS}").fetchone()[0]
     if before + len(rows) >= _MAX_ROWID:
         return [insert_one(conn, row) for row in rows]
     conn.executemany(_INSERT, rows)
-    return list(range(before + 1, before + 1 + len(rows)))
+    ids = list(range(before + 1, before + 1 + len(rows)))
+    queue = rows[0][0]
+    deltas: Deltas = {}
+    _enqueue(conn, queue, ((jid, r[1], r[2]) for jid, r in zip(ids, rows, strict=True)),
+             time.time(), deltas)  # fmt: skip
+    _count(conn, queue, deltas)
+    return ids
 
 
 _MAX_ROWID = 2**63 - 1
 
 
-_SWEEP = f"""
-UPDATE {TABLE}
-   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
-       done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
-       token = CASE WHEN attempts >= max_attempts THEN NULL ELSE token END,
-       last_error = 'lease expired before the job was acked (attempt ' ||
-                    attempts || ' of ' || max_attempts || ')',
-       lease_until = NULL
- WHERE queue = ?2 AND state = 1 AND lease_until <= ?1
+# -- claiming --------------------------------------------------------------------
+
+# The first n ready jobs, taken: IN (subquery) runs as a primary-key seek per
+# key, where a row-value range would scan.
+_TAKE = f"""
+DELETE FROM {READY_T}
+ WHERE queue = ?1 AND (prio, run_at, id) IN
+       (SELECT prio, run_at, id FROM {READY_T} WHERE queue = ?1 ORDER BY prio, run_at, id LIMIT ?2)
+RETURNING id
 """
 
-_CLAIM = f"""
-UPDATE {TABLE}
-   SET state = 1, token = ?1, lease_until = ?2, attempts = attempts + 1
- WHERE id IN (SELECT id FROM {TABLE}
-               WHERE queue = ?3 AND state = 0 AND run_at <= ?4
-               ORDER BY priority DESC, run_at, id
-               LIMIT ?5)
-RETURNING id, payload, attempts, priority, run_at, max_attempts
+_FIRST_SCHEDULED = f"SELECT run_at FROM {SCHEDULED} WHERE queue = ? ORDER BY run_at LIMIT 1"
+_DUE = f"""
+DELETE FROM {SCHEDULED} WHERE queue = ?1 AND run_at <= ?2 RETURNING run_at, id, prio
 """
-
-# Two seeks: the first entry of the "due" and of the "leased" index.
-NEXT_DUE = f"""
-SELECT min(t) FROM (
-    SELECT min(run_at + 0) AS t FROM {TABLE} WHERE queue = :queue AND state = 0
-    UNION ALL
-    SELECT min(lease_until) FROM {TABLE} WHERE queue = :queue AND state = 1
+_FIRST_LEASE = f"SELECT lease_until FROM {LEASED_T} WHERE queue = ? ORDER BY lease_until LIMIT 1"
+_EXPIRED = f"""
+DELETE FROM {LEASED_T} WHERE queue = ?1 AND lease_until <= ?2 RETURNING id, token, attempts
+"""
+_INSERT_LEASED = (
+    f"INSERT INTO {LEASED_T} (queue, lease_until, id, token, attempts) VALUES (?, ?, ?, ?, ?)"
 )
+_CLAIMED = f"""
+SELECT id, payload, attempts + 1, priority, run_at, max_attempts
+  FROM {JOBS} WHERE id IN (SELECT value FROM json_each(?))
 """
 
 
 def claim(
     conn: sqlite3.Connection, queue: str, n: int, lease: float, token: int
 ) -> tuple[list[Any], float]:
-    """Sweep expired leases back (or to the dead letters), then claim up to
-    ``n`` due jobs in one statement. Returns the rows in claim order and the
-    lease's end.
+    """Move due scheduled jobs to ready, sweep expired leases back (or to the
+    dead letters), then claim the first ``n`` ready jobs. Returns their rows
+    ``(id, payload, attempt, priority, run_at, max_attempts)`` in claim order
+    and the lease's end.
 
     The clock is read here, with the gate held, so that time spent waiting
     for the gate does not come out of the lease. A swept job keeps its token
-    (unless it went dead): the worker whose lease ran out may still ack it,
-    until somebody else claims it (which replaces the token)."""
+    in its row: the worker whose lease ran out may still ack it until
+    somebody else claims it."""
     now = time.time()
     until = now + lease
-    conn.execute(_SWEEP, (now, queue))
-    if now - _pruned[0] >= HOUR:
-        prune(conn)
-        _pruned[0] = now
-    rows = conn.execute(_CLAIM, (token, until, queue, now, n)).fetchall()
-    # RETURNING does not follow the subquery's order.
-    rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+    deltas: Deltas = {}
+    _promote(conn, queue, now, deltas)
+    _sweep(conn, queue, now, deltas)
+    taken = conn.execute(_TAKE, (queue, n)).fetchall()
+    if taken:
+        ids = [r[0] for r in taken]
+        rows = conn.execute(_CLAIMED, (json.dumps(ids),)).fetchall()
+        # (neither RETURNING nor IN keeps the claim order)
+        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+        leased = [(queue, until, r[0], token, r[2]) for r in rows]
+        if len(leased) == 1:
+            conn.execute(_INSERT_LEASED, leased[0])
+        else:
+            conn.executemany(_INSERT_LEASED, leased)
+        _add(deltas, READY, 0, -len(rows))
+        _add(deltas, LEASED, 0, len(rows))
+    else:
+        rows = []
+    _count(conn, queue, deltas)
     return rows, until
 
 
-_ACK = (
-    f"UPDATE {TABLE} SET state = 2, done_at = ?, lease_until = NULL "
-    "WHERE id = ? AND token = ? AND state <> 2"
-)
+def _promote(conn: sqlite3.Connection, queue: str, now: float, deltas: Deltas) -> None:
+    """Scheduled jobs that fell due move to ready (a read when none did)."""
+    first = conn.execute(_FIRST_SCHEDULED, (queue,)).fetchone()
+    if first is None or first[0] > now:
+        return
+    due = conn.execute(_DUE, (queue, now)).fetchall()
+    conn.executemany(_INSERT_READY, [(queue, prio, run_at, jid) for run_at, jid, prio in due])
+    for run_at, _jid, _prio in due:
+        _add(deltas, SCHEDULED_STATE, _hour(run_at), -1)
+    _add(deltas, READY, 0, len(due))
 
 
-_ACK_BATCH = (
-    f"UPDATE {TABLE} SET state = 2, done_at = ?, lease_until = NULL "
-    "WHERE id IN (SELECT value FROM json_each(?)) AND token = ? AND state <> 2"
-)
+_EXPIRED_ERROR = "lease expired before the job was acked (attempt {} of {})"
 
 
-def ack(conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]) -> list[int]:
-    """Mark done the jobs still held under these (id, token) pairs (each pair
-    once: the caller dedupes); return the ids that were not (the lost ones)."""
-    if len(owned) == 1:
-        jid, token = owned[0]
-        return [] if conn.execute(_ACK, (now, jid, token)).rowcount == 1 else [jid]
-    # Jobs claimed together share a token: one statement per token, the ids
-    # as a JSON array, instead of one bound statement per job.
-    by_token: dict[int, list[int]] = {}
-    for jid, token in owned:
-        by_token.setdefault(token, []).append(jid)
-    n = 0
-    for token, ids in by_token.items():
-        n += conn.execute(_ACK_BATCH, (now, json.dumps(ids), token)).rowcount
-    if n == len(owned):
-        return []
-    return _not_done_by(conn, now, owned)
-
-
-def _not_done_by(
-    conn: sqlite3.Connection, now: float, owned: Sequence[tuple[int, int]]
-) -> list[int]:
-    """Which of ``owned`` did the ack at ``now`` not mark done?"""
-    lost = []
-    for jid, token in owned:
+def _sweep(conn: sqlite3.Connection, queue: str, now: float, deltas: Deltas) -> None:
+    """Leases that ran out: the job goes back to its place (it keeps the
+    token in its row, see claim), or to the dead letters if that was its
+    last attempt (a read when no lease ran out)."""
+    first = conn.execute(_FIRST_LEASE, (queue,)).fetchone()
+    if first is None or first[0] > now:
+        return
+    expired = conn.execute(_EXPIRED, (queue, now)).fetchall()
+    back = []
+    for jid, token, attempts in expired:
         row = conn.execute(
-            f"SELECT state, token, done_at FROM {TABLE} WHERE id = ?", (jid,)
+            f"SELECT max_attempts, priority, run_at FROM {JOBS} WHERE id = ?", (jid,)
         ).fetchone()
-        if row is None or not (row[0] == DONE and row[1] == token and row[2] == now):
-            lost.append(jid)
-    return lost
+        if row is None:  # (a row deleted by hand: nothing to put back)
+            continue
+        max_attempts, priority, run_at = row
+        error = _EXPIRED_ERROR.format(attempts, max_attempts)
+        if attempts >= max_attempts:
+            conn.execute(
+                f"UPDATE {JOBS} SET state = 3, done_at = ?, token = NULL, attempts = ?, "
+                "last_error = ? WHERE id = ?",
+                (now, attempts, error, jid),
+            )
+            _add(deltas, DEAD, 0, 1)
+        else:
+            conn.execute(
+                f"UPDATE {JOBS} SET token = ?, attempts = ?, last_error = ? WHERE id = ?",
+                (token, attempts, error, jid),
+            )
+            back.append((jid, priority, run_at))
+        _add(deltas, LEASED, 0, -1)
+    _enqueue(conn, queue, back, now, deltas)
 
 
-_EXTEND = (
-    f"UPDATE {TABLE} SET state = 1, lease_until = ? WHERE id = ? AND token = ? AND state IN (0, 1)"
+# Two seeks, or a look at ready: when the next job can be claimed.
+NEXT_DUE = f"""
+SELECT min(t) FROM (
+    SELECT (SELECT :now FROM {READY_T} WHERE queue = :queue LIMIT 1) AS t
+    UNION ALL
+    SELECT min(run_at) FROM {SCHEDULED} WHERE queue = :queue
+    UNION ALL
+    SELECT min(lease_until) FROM {LEASED_T} WHERE queue = :queue
+)
+"""
+
+
+# -- finishing ---------------------------------------------------------------------
+
+
+def _unlease(conn: sqlite3.Connection, queue: str, owned: Sequence[Owned]) -> dict[int, int]:
+    """Take the leased rows of these (id, token, lease_until) out; returns
+    {id: attempt} of those found. Each is found by its key (the Job carries
+    its lease's end), jobs claimed together in one statement (they share a
+    token); one whose key is stale (an extend whose answer was lost) by its
+    id and token, a look at the queue's leased rows."""
+    found: dict[int, int] = {}
+    if len(owned) == 1:
+        jid, token, until = owned[0]
+        row = conn.execute(_UNLEASE_ONE, (queue, until, jid, token)).fetchone()
+        if row is not None:
+            found[jid] = int(row[0])
+    else:
+        by_token: dict[int, list[list[float]]] = {}
+        for jid, token, until in owned:
+            by_token.setdefault(token, []).append([until, jid])
+        for token, keys in by_token.items():
+            found.update(conn.execute(_UNLEASE_MANY, (queue, json.dumps(keys), token)).fetchall())
+    for jid, token, _until in owned:
+        if jid not in found:
+            row = conn.execute(_UNLEASE_BY_ID, (queue, jid, token)).fetchone()
+            if row is not None:
+                found[jid] = int(row[0])
+    return found
+
+
+_UNLEASE_ONE = (
+    f"DELETE FROM {LEASED_T} WHERE queue = ? AND lease_until = ? AND id = ? AND token = ? "
+    "RETURNING attempts"
+)
+# (lease_until, id) IN (subquery): a primary-key seek per job.
+_UNLEASE_MANY = f"""
+DELETE FROM {LEASED_T}
+ WHERE queue = ?1 AND token = ?3 AND (lease_until, id) IN
+       (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))
+RETURNING id, attempts
+"""
+_UNLEASE_BY_ID = (
+    f"DELETE FROM {LEASED_T} WHERE queue = ? AND id = ? AND token = ? RETURNING attempts"
+)
+
+
+def _reclaim_swept(
+    conn: sqlite3.Connection, queue: str, owned: Sequence[Owned], deltas: Deltas
+) -> dict[int, int]:
+    """Jobs of ``owned`` whose lease ran out and were swept back to wait,
+    claimed by nobody since (their row still has the token): taken out of
+    the waiting tables, as if still leased. Returns {id: attempt}."""
+    found: dict[int, int] = {}
+    for jid, token, _until in owned:
+        row = conn.execute(
+            f"SELECT priority, run_at, attempts FROM {JOBS} "
+            "WHERE id = ? AND queue = ? AND state = 0 AND token = ?",
+            (jid, queue, token),
+        ).fetchone()
+        if row is None:
+            continue
+        priority, run_at, attempts = row
+        if conn.execute(
+            f"DELETE FROM {READY_T} WHERE queue = ? AND prio = ? AND run_at = ? AND id = ?",
+            (queue, -priority, run_at, jid),
+        ).rowcount:
+            _add(deltas, READY, 0, -1)
+        elif conn.execute(
+            f"DELETE FROM {SCHEDULED} WHERE queue = ? AND run_at = ? AND id = ?",
+            (queue, run_at, jid),
+        ).rowcount:
+            _add(deltas, SCHEDULED_STATE, _hour(run_at), -1)
+        else:
+            continue  # claimed again since (a claim leaves the row's token as it was)
+        _add(deltas, LEASED, 0, 1)  # (the caller counts it out of leased with the others)
+        found[jid] = int(attempts)
+    return found
+
+
+def _held(
+    conn: sqlite3.Connection, queue: str, owned: Sequence[Owned], deltas: Deltas
+) -> dict[int, int]:
+    """The jobs of ``owned`` still ours, taken out of the lease table (or out
+    of ready/scheduled for a swept lease nobody claimed since): {id: the
+    attempt they are in}."""
+    found = _unlease(conn, queue, owned)
+    if len(found) < len(owned):
+        rest = [o for o in owned if o[0] not in found]
+        found.update(_reclaim_swept(conn, queue, rest, deltas))
+    return found
+
+
+def ack(conn: sqlite3.Connection, now: float, owned: Sequence[Owned], queue: str) -> list[int]:
+    """Mark done the jobs still held under these (id, token, lease_until)
+    (each once: the caller dedupes); return the ids that were not (the lost
+    ones)."""
+    deltas: Deltas = {}
+    held = _held(conn, queue, owned, deltas)
+    if held:
+        by_token: dict[int, list[int]] = {}
+        for jid, token, _until in owned:
+            if jid in held:
+                by_token.setdefault(token, []).append(jid)
+        for token, ids in by_token.items():
+            if len(ids) == 1:
+                conn.execute(_DONE_ONE, (now, held[ids[0]], token, ids[0]))
+            else:
+                conn.executemany(_DONE_ONE, [(now, held[jid], token, jid) for jid in ids])
+        _add(deltas, LEASED, 0, -len(held))
+        _add(deltas, DONE, 0, len(held))
+        _count(conn, queue, deltas)
+    return [o[0] for o in owned if o[0] not in held]
+
+
+_DONE_ONE = (
+    f"UPDATE {JOBS} SET state = 2, done_at = ?, attempts = ?, token = ? WHERE id = ? AND state = 0"
 )
 
 
 def extend(
-    conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], lease: float
+    conn: sqlite3.Connection, owned: Sequence[Owned], lease: float, queue: str
 ) -> tuple[list[int], float]:
     """Move the leases on to ``lease`` seconds from now (read with the gate
     held); also takes back a job whose lease ran out and that nobody has
     claimed since (the token is still ours). Returns the ids that were no
     longer ours, and the new end of the leases."""
     until = time.time() + lease
-    lost = [jid for jid, token in owned if conn.execute(_EXTEND, (until, jid, token)).rowcount != 1]
-    return lost, until
-
-
-_FAIL = f"""
-UPDATE {TABLE}
-   SET state = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END,
-       done_at = CASE WHEN attempts >= max_attempts THEN ?1 END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE ?2 END,
-       last_error = ?3, token = ?6, lease_until = NULL
- WHERE id = ?4 AND token = ?5 AND state IN (0, 1)
-RETURNING state
-"""
+    deltas: Deltas = {}
+    held = _held(conn, queue, owned, deltas)
+    rows = [(queue, until, jid, token, held[jid]) for jid, token, _ in owned if jid in held]
+    if rows:
+        conn.executemany(_INSERT_LEASED, rows)
+    _count(conn, queue, deltas)
+    return [o[0] for o in owned if o[0] not in held], until
 
 
 def fail(
-    conn: sqlite3.Connection, jid: int, token: int, now: float, retry_at: float, error: str
+    conn: sqlite3.Connection,
+    jid: int,
+    token: int,
+    until: float,
+    now: float,
+    retry_at: float,
+    error: str,
+    queue: str,
 ) -> int | None:
-    """Record a failed attempt: back to the queue at ``retry_at``, or dead if
+    """Record a failed attempt: back to wait until ``retry_at``, or dead if
     its attempts are used up. Returns the new state, None if not ours. The
     job keeps ``failed_mark(token)``: who failed it (see ``_model``)."""
-    # fetchall, not fetchone: a RETURNING statement left unfinished is
-    # stepped again later by the sqlite3 module, re-applying its changes.
-    params = (now, retry_at, error, jid, token, failed_mark(token))
-    rows = conn.execute(_FAIL, params).fetchall()
-    return int(rows[0][0]) if rows else None
+    deltas: Deltas = {}
+    held = _held(conn, queue, [(jid, token, until)], deltas)
+    if jid not in held:
+        _count(conn, queue, deltas)
+        return None
+    attempts = held[jid]
+    row = conn.execute(f"SELECT max_attempts, priority FROM {JOBS} WHERE id = ?", (jid,)).fetchone()
+    max_attempts, priority = row
+    _add(deltas, LEASED, 0, -1)
+    mark = failed_mark(token)
+    if attempts >= max_attempts:
+        conn.execute(
+            f"UPDATE {JOBS} SET state = 3, done_at = ?, attempts = ?, last_error = ?, token = ? "
+            "WHERE id = ?",
+            (now, attempts, error, mark, jid),
+        )
+        _add(deltas, DEAD, 0, 1)
+        state = DEAD
+    else:
+        conn.execute(
+            f"UPDATE {JOBS} SET run_at = ?, attempts = ?, last_error = ?, token = ? WHERE id = ?",
+            (retry_at, attempts, error, mark, jid),
+        )
+        _enqueue(conn, queue, [(jid, priority, retry_at)], now, deltas)
+        state = READY
+    _count(conn, queue, deltas)
+    return state
 
 
-_BURY = (
-    f"UPDATE {TABLE} SET state = 3, done_at = ?, last_error = ?, token = ?, lease_until = NULL "
-    "WHERE id = ? AND token = ? AND state IN (0, 1)"
-)
+def release(conn: sqlite3.Connection, owned: Sequence[Owned], queue: str) -> list[int]:
+    """Give jobs back unstarted (the attempt is not counted); they keep their
+    place in the queue, and ``released_mark(token)``. Returns the ids that
+    were no longer ours."""
+    deltas: Deltas = {}
+    held = _held(conn, queue, owned, deltas)
+    back = []
+    for jid, token, _until in owned:
+        if jid not in held:
+            continue
+        row = conn.execute(
+            f"UPDATE {JOBS} SET attempts = ?, token = ? WHERE id = ? RETURNING priority, run_at",
+            (max(held[jid] - 1, 0), released_mark(token), jid),
+        ).fetchall()
+        back.append((jid, row[0][0], row[0][1]))
+    _add(deltas, LEASED, 0, -len(held))
+    _enqueue(conn, queue, back, time.time(), deltas)
+    _count(conn, queue, deltas)
+    return [o[0] for o in owned if o[0] not in held]
 
 
-def bury(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]], errors: dict[int, str]) -> int:
+def bury(
+    conn: sqlite3.Connection, owned: Sequence[Owned], errors: dict[int, str], queue: str
+) -> int:
     """Send these claimed jobs straight to the dead letters with their
     errors (a payload the claimer cannot decode). They keep
     ``failed_mark(token)``, as a failed attempt does. Returns how many."""
     now = time.time()
-    return sum(
-        conn.execute(_BURY, (now, errors[jid], failed_mark(token), jid, token)).rowcount
-        for jid, token in owned
-    )
-
-
-_RELEASE = f"""
-UPDATE {TABLE} SET state = 0, attempts = max(attempts - 1, 0), token = ?3, lease_until = NULL
- WHERE id = ?1 AND token = ?2 AND state IN (0, 1)
-"""
-
-
-def release(conn: sqlite3.Connection, owned: Sequence[tuple[int, int]]) -> list[int]:
-    """Give jobs back unstarted (the attempt is not counted); they keep their
-    place in the queue, and ``released_mark(token)``. Returns the ids that
-    were no longer ours."""
-    return [
-        jid
-        for jid, token in owned
-        if conn.execute(_RELEASE, (jid, token, released_mark(token))).rowcount != 1
-    ]
+    deltas: Deltas = {}
+    held = _held(conn, queue, owned, deltas)
+    for jid, token, _until in owned:
+        if jid in held:
+            conn.execute(
+                f"UPDATE {JOBS} SET state = 3, done_at = ?, attempts = ?, last_error = ?, "
+                "token = ? WHERE id = ?",
+                (now, held[jid], errors[jid], failed_mark(token), jid),
+            )
+    _add(deltas, LEASED, 0, -len(held))
+    _add(deltas, DEAD, 0, len(held))
+    _count(conn, queue, deltas)
+    return len(held)
 
 
 def retry_dead(
@@ -429,84 +687,153 @@ def retry_dead(
     attempts. Returns (revived, refused): ``refused`` lists the ids that are
     not dead jobs of this queue with their state (None: no such job here);
     if there are any, nothing changes."""
-    revive = (
-        f"UPDATE {TABLE} SET state = 0, attempts = 0, run_at = ?, done_at = NULL, token = NULL "
-        "WHERE queue = ? AND state = 3"
-    )
     if ids is None:
-        return conn.execute(revive, (now, queue)).rowcount, []
-    refused: list[tuple[int, int | None]] = []
-    for jid in ids:
-        row = conn.execute(
-            f"SELECT state FROM {TABLE} WHERE id = ? AND queue = ?", (jid, queue)
-        ).fetchone()
-        if row is None or row[0] != DEAD:
-            refused.append((jid, None if row is None else int(row[0])))
-    if refused:
-        return 0, refused
-    n = 0
-    for jid in ids:
-        n += conn.execute(revive + " AND id = ?", (now, queue, jid)).rowcount
-    return n, []
+        revive = [
+            (r[0], r[1])
+            for r in conn.execute(
+                f"SELECT id, priority FROM {JOBS} WHERE queue = ? AND state = 3", (queue,)
+            )
+        ]
+    else:
+        revive, refused = [], []
+        for jid in ids:
+            row = conn.execute(
+                f"SELECT state, priority FROM {JOBS} WHERE id = ? AND queue = ?", (jid, queue)
+            ).fetchone()
+            if row is None or row[0] != DEAD:
+                refused.append((jid, None if row is None else _state_of(conn, queue, jid)))
+            else:
+                revive.append((jid, row[1]))
+        if refused:
+            return 0, refused
+    conn.executemany(
+        f"UPDATE {JOBS} SET state = 0, attempts = 0, run_at = ?, done_at = NULL, token = NULL "
+        "WHERE id = ?",
+        [(now, jid) for jid, _ in revive],
+    )
+    deltas: Deltas = {}
+    _add(deltas, DEAD, 0, -len(revive))
+    _enqueue(conn, queue, [(jid, priority, now) for jid, priority in revive], now, deltas)
+    _count(conn, queue, deltas)
+    return len(revive), []
 
 
-# The newest row of the table is never purged: it keeps max(id), so that
-# SQLite never hands out an id a second time.
-_PURGE = {
-    state: f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
-    f"WHERE queue = ? AND state = {state} AND done_at < ? ORDER BY done_at LIMIT ?) "
-    f"AND id < (SELECT max(id) FROM {TABLE})"
-    for state in (DONE, DEAD)
-}
+def _state_of(conn: sqlite3.Connection, queue: str, jid: int) -> int:
+    row = conn.execute(SELECT_JOB, {"id": jid}).fetchone()
+    return int(row[2])
 
 
-def purge(conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int) -> int:
+# -- purging ----------------------------------------------------------------------
+#
+# Done jobs are in no index (so that an ack writes no index page): purge walks
+# the job table in id order, a slice of rows per transaction. A job finished
+# before `before` was put before it, and ids grow with the time of the put,
+# so the walk stops at the first id put after `before` (with an hour's slack
+# for jobs put while another process held the write gate).
+
+PURGE_SCAN = 20_000
+
+
+def purge(
+    conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int, after: int
+) -> tuple[int, int | None]:
     """Delete up to ``limit`` finished jobs of ``state`` that finished before
-    ``before`` (oldest first, through that state's index; never the newest
-    row of the table); the caller loops, so that no transaction is long."""
-    n: int = conn.execute(_PURGE[state], (queue, before, limit)).rowcount
-    if n < limit:  # the caller's last chunk: clear the counts the chunks emptied, once
+    ``before``, oldest first, looking at job ids above ``after``; never the
+    newest row of the table (it keeps max(id), so that SQLite never hands out
+    an id a second time). Returns (deleted, where to go on from: None when
+    done); the caller loops, so that no transaction is long."""
+    deltas: Deltas = {}
+    if state == DEAD:
+        n = conn.execute(
+            f"DELETE FROM {JOBS} WHERE id IN (SELECT id FROM {JOBS} "
+            "WHERE queue = ? AND state = 3 AND done_at < ? ORDER BY done_at LIMIT ?) "
+            f"AND id < (SELECT max(id) FROM {JOBS})",
+            (queue, before, limit),
+        ).rowcount
+        _add(deltas, DEAD, 0, -n)
+        _count(conn, queue, deltas)
+        if n < limit:
+            prune(conn)
+            return n, None
+        return n, after
+    top = conn.execute(f"SELECT max(id) FROM {JOBS}").fetchone()[0]
+    rows = conn.execute(
+        f"SELECT id, queue, state, done_at, created_at FROM {JOBS} WHERE id > ? "
+        "ORDER BY id LIMIT ?",
+        (after, PURGE_SCAN),
+    ).fetchall()
+    doomed: list[int] = []
+    resume: int | None = rows[-1][0] if len(rows) == PURGE_SCAN else None
+    for jid, q, st, done_at, created_at in rows:
+        if created_at >= before + HOUR:
+            resume = None  # put after the cut-off: nothing from here on finished before it
+            break
+        if q == queue and st == DONE and done_at < before and jid < top:
+            doomed.append(jid)
+            if len(doomed) == limit:
+                resume = jid
+                break
+    if doomed:
+        conn.execute(
+            f"DELETE FROM {JOBS} WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(doomed),),
+        )
+        _add(deltas, DONE, 0, -len(doomed))
+        _count(conn, queue, deltas)
+    if resume is None:
         prune(conn)
-    return n
+    return len(doomed), resume
 
 
 def prune(conn: sqlite3.Connection) -> None:
-    """Clear the counts that fell to zero (see _V3): one pass over a table
-    of a few rows per queue."""
+    """Clear the counts that fell to zero: one pass over a table of a few
+    rows per queue."""
     conn.execute(f"DELETE FROM {COUNTS_TABLE} WHERE n = 0")
-
-
-# When a claim of this process last pruned (see _V3): the first claim does.
-_pruned = [0.0]
 
 
 # -- reads (through the reader pool; parameters by name: queue, id, limit, now) -
 
-COLUMNS = (
-    "id, queue, state, priority, run_at, payload, attempts, max_attempts, lease_until, key, "
-    "last_error, created_at, done_at"
+# The state of the job row ``j`` (LEASED for a live job the lease table
+# holds, else its row's): for SQL elsewhere in litegate that reads job states
+# (the Django tasks backend's results).
+JOB_STATE = (
+    f"CASE WHEN j.state <> 0 THEN j.state WHEN EXISTS (SELECT 1 FROM {LEASED_T} AS l "
+    "WHERE l.queue = j.queue AND l.id = j.id) THEN 1 ELSE 0 END"
 )
-SELECT_JOB = f"SELECT {COLUMNS} FROM {TABLE} WHERE id = :id"
+
+# A job as the logic's JobInfo reads it: (id, queue, state, priority, run_at,
+# payload, attempts, max_attempts, lease_until, key, last_error, created_at,
+# done_at). A live job is leased if the lease table holds it, else waiting.
+_SELECT = f"""
+SELECT j.id, j.queue,
+       CASE WHEN j.state <> 0 THEN j.state WHEN l.id IS NOT NULL THEN 1 ELSE 0 END,
+       j.priority, j.run_at, j.payload, coalesce(l.attempts, j.attempts), j.max_attempts,
+       l.lease_until, j.key, j.last_error, j.created_at, j.done_at
+  FROM {JOBS} AS j
+  LEFT JOIN {LEASED_T} AS l ON j.state = 0 AND l.queue = j.queue AND l.id = j.id
+"""
+SELECT_JOB = _SELECT + " WHERE j.id = :id"
 # Where the jobs of a call now are, by whom: a call tried again after its
 # answer was lost looks here for its own finished work.
 SELECT_FINISHED = (
-    f"SELECT id, state, token FROM {TABLE} WHERE id IN (SELECT value FROM json_each(:ids_json))"
+    f"SELECT id, state, token FROM {JOBS} WHERE id IN (SELECT value FROM json_each(:ids_json))"
 )
 SELECT_DEAD = (
-    f"SELECT {COLUMNS} FROM {TABLE} WHERE queue = :queue AND state = 3 "
-    "ORDER BY done_at DESC LIMIT :limit"
+    _SELECT + " WHERE j.queue = :queue AND j.state = 3 ORDER BY j.done_at DESC LIMIT :limit"
 )
-# From the counts table (a row per state, one per hour for waiting jobs),
-# less or plus the jobs due later within the current hour (see _V2).
+# From the counts table, plus the scheduled jobs of the current hour that are
+# due and not yet moved to ready (see HOUR).
 _NOW_HOUR = f"CAST(:now / {HOUR} AS INTEGER)"
 COUNTS = f"""
 WITH c AS (SELECT state, bucket, n FROM {COUNTS_TABLE} WHERE queue = :queue),
-later AS (SELECT count(*) AS k FROM {TABLE}
-           WHERE queue = :queue AND state = 0 AND run_at + 0 > :now
-             AND run_at + 0 < :now + {HOUR} AND CAST(run_at / {HOUR} AS INTEGER) = {_NOW_HOUR})
-SELECT (SELECT total(n) FROM c WHERE state = 0 AND bucket <= {_NOW_HOUR}) - (SELECT k FROM later),
-       (SELECT total(n) FROM c WHERE state = 0 AND bucket > {_NOW_HOUR}) + (SELECT k FROM later),
-       (SELECT total(n) FROM c WHERE state = 1),
-       (SELECT total(n) FROM c WHERE state = 2),
-       (SELECT total(n) FROM c WHERE state = 3)
+due AS (SELECT count(*) AS k FROM {SCHEDULED}
+         WHERE queue = :queue AND run_at >= {_NOW_HOUR} * {HOUR} AND run_at <= :now)
+SELECT (SELECT total(n) FROM c WHERE state = {READY})
+       + (SELECT total(n) FROM c WHERE state = {SCHEDULED_STATE} AND bucket < {_NOW_HOUR})
+       + (SELECT k FROM due),
+       (SELECT total(n) FROM c WHERE state = {SCHEDULED_STATE} AND bucket >= {_NOW_HOUR})
+       - (SELECT k FROM due),
+       (SELECT total(n) FROM c WHERE state = {LEASED}),
+       (SELECT total(n) FROM c WHERE state = {DONE}),
+       (SELECT total(n) FROM c WHERE state = {DEAD})
 """

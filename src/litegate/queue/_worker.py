@@ -6,10 +6,13 @@ One process, several threads:
   running plus ``prefetch`` waiting) in one ``q.claim(n=...)``; with nothing
   to do it blocks in ``claim(wait=idle_wait)``, so an idle worker does not spin;
 - ``concurrency`` **executor** threads call the handler, one job each. A job
-  whose handler returns goes to the acker; one whose handler raises is failed
-  at once (``q.fail``: retry with back-off, dead after ``max_attempts``);
-- the **acker** collects finished jobs for up to ``ack_delay`` seconds and
-  acks them together (``q.ack_many``);
+  whose handler returns is to be acked; one whose handler raises is to be
+  failed (retry with back-off, dead after ``max_attempts``);
+- finished jobs are settled in batches, River's batch completer: the next
+  claim carries them (``q.finish_and_claim``: the acks, the failures and the
+  claim in one transaction, one turn of the write gate), and the **acker**
+  settles what no claim took within ``ack_delay`` seconds, or as soon as
+  ``ack_batch`` jobs wait;
 - the **heartbeat** extends the lease of every job the worker holds (waiting,
   running or finished but not yet acked) every ``heartbeat`` seconds
   (``lease / 3`` by default), so a long job is never handed to another worker;
@@ -45,7 +48,7 @@ from typing import Any, TypeVar
 
 from .._database import Database
 from .._errors import ConfigError
-from ._core import Also, Job, _lease, _seconds, _whole
+from ._core import Also, Finished, Job, _lease, _seconds, _whole
 from ._errors import LeaseLost, QueueError
 from ._queue import Queue
 
@@ -59,7 +62,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # controller polls for it.
 _TICK = 0.05
 # The most jobs acked in one transaction.
-_ACK_BATCH = 256
 # last_error keeps at most this many characters of the traceback.
 _MAX_ERROR = 8000
 
@@ -202,12 +204,15 @@ def _pass_values(
 class _Held:
     """A job this worker holds, and what it is doing with it."""
 
-    __slots__ = ("job", "state", "value")
+    __slots__ = ("error", "job", "state", "value")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.state = _PENDING
         self.value: Any = None  # what the handler returned
+        # Why the handler failed (then the job is failed, not acked), with the
+        # exception's summary for the log.
+        self.error: tuple[str, str] | None = None
 
 
 _COUNTERS = (
@@ -251,8 +256,11 @@ class Worker:
       ready, scheduled or leased).
     - ``idle_wait``: an idle claimer blocks this long per ``claim(wait=...)``;
       it is also how long a stop may wait for a claim in flight.
-    - ``ack_delay``: finished jobs are collected this long, then acked in one
-      transaction.
+    - ``ack_delay``, ``ack_batch``: finished jobs (acks and failures) are
+      settled in one transaction with the next claim, or by the acker after
+      ``ack_delay`` seconds (10 ms) or once ``ack_batch`` (100) wait. A
+      SIGKILL loses at most these unsettled results: those jobs run again
+      once their leases expire, as any job a dead worker held.
     - ``on_claim(conn, job_ids)`` and ``on_ack(conn, [(job, value), ...])``:
       SQL of yours run inside the claim's and the ack's transactions (what
       the handler returned is ``value``): records that must change exactly
@@ -282,7 +290,8 @@ class Worker:
         pass_job: bool | None = None,
         burst: bool = False,
         idle_wait: float = 0.5,
-        ack_delay: float = 0.005,
+        ack_delay: float = 0.010,
+        ack_batch: int = 100,
         retry_base: float | None = None,
         retry_max: float | None = None,
         on_claim: Also | None = None,
@@ -317,6 +326,7 @@ class Worker:
         self._burst = bool(burst)
         self._idle_wait = _seconds("idle_wait", idle_wait, zero_ok=False)
         self._ack_delay = _seconds("ack_delay", ack_delay, zero_ok=True)
+        self._ack_batch = _whole("ack_batch", ack_batch, minimum=1)
         self._on_claim = on_claim
         self._on_ack = on_ack
         self._on_release = on_release
@@ -567,10 +577,18 @@ class Worker:
                 if self._stopping:
                     return
                 n = self._free()
+            batch = self._take_finished()
             try:
                 wait = 0.0 if quick else self._idle_wait
-                jobs = self._queue.claim(n=n, lease=self._lease, wait=wait, also=self._on_claim)
+                done = self._queue.finish_and_claim(
+                    **self._settling(batch),
+                    n=n,
+                    lease=self._lease,
+                    wait=wait,
+                    also=self._on_claim,
+                )
             except Exception as exc:
+                self._unsettled(batch)
                 if self._exiting:
                     return
                 failures += 1
@@ -580,6 +598,8 @@ class Worker:
                 self._stop_event.wait(pause)
                 continue
             failures = 0
+            self._settled(batch, done)
+            jobs = done.jobs
             if jobs:
                 quick = self._burst
                 held = [_Held(j) for j in jobs]
@@ -680,97 +700,25 @@ class Worker:
     def _finish(self, h: _Held, error: BaseException | None) -> None:
         with self._lock:
             self._counters["processed"] += 1
+            self._running -= 1
+            self._cond.notify_all()
             if self._exiting or h.state == _LOST:
                 # Abandoned (its lease expires) or no longer ours: leave it.
                 self._held.discard(h)
-                self._running -= 1
-                self._cond.notify_all()
                 if h.state == _LOST:
                     log.warning(
                         "job %d finished but its lease was lost; not acked (it may run again)",
                         h.job.id,
                     )
                 return
-            if error is None:
-                h.state = _DONE
-                self._done.append(h)
-                self._running -= 1
+            if error is not None:
+                h.error = (format_error(error), _summary(error))
+            h.state = _DONE
+            self._done.append(h)
+            if len(self._done) >= self._ack_batch:
                 self._ack_cond.notify()
-                self._cond.notify_all()
-                return
-            h.state = _FINISHING
-        try:
-            self._record_failure(h.job, error)
-        finally:
-            with self._lock:
-                self._held.discard(h)
-                self._running -= 1
-                self._cond.notify_all()
-
-    def _fail(self, job: Job, text: str) -> str:
-        """``q.fail``, tried again on a database error while the lease lasts:
-        safe, since a try whose answer was lost but that did commit is found
-        by the job's token (the retry reports it; nothing is recorded twice)."""
-        pause = 0.1
-        while True:
-            try:
-                state: str = self._queue.fail(job, error=text)
-            except LeaseLost:
-                raise
-            except Exception as exc:
-                if self._exiting or time.time() + pause >= job.lease_until:
-                    raise
-                self._count("errors")
-                log.warning(
-                    "recording the failure of job %d failed (%s); trying again",
-                    job.id,
-                    _summary(exc),
-                )
-                self._hb_stop.wait(pause)
-                pause = min(pause * 2, 2.0)
-                continue
-            return state
-
-    def _record_failure(self, job: Job, error: BaseException) -> None:
-        try:
-            state = self._fail(job, format_error(error))
-        except LeaseLost:
-            self._count("lease_lost")
-            log.warning(
-                "job %d failed on attempt %d of %d (%s), but its lease was lost: not recorded",
-                job.id,
-                job.attempt,
-                job.max_attempts,
-                _summary(error),
-            )
-            return
-        except Exception as exc:
-            if self._exiting:
-                return  # abandoned at shutdown: the lease expires
-            self._count("errors")
-            log.error(
-                "job %d failed on attempt %d of %d (%s), and recording the failure failed (%s): "
-                "it comes back when its lease expires",
-                job.id,
-                job.attempt,
-                job.max_attempts,
-                _summary(error),
-                _summary(exc),
-            )
-            return
-        with self._lock:
-            self._counters["failed"] += 1
-            if state == "dead":
-                self._counters["dead"] += 1
-        outcome = "dead (no attempts left)" if state == "dead" else "will retry"
-        log.warning(
-            "job %d failed on attempt %d of %d, %s: %s",
-            job.id,
-            job.attempt,
-            job.max_attempts,
-            outcome,
-            _summary(error),
-        )
+            elif len(self._done) == 1:
+                self._ack_cond.notify()  # the acker's clock starts
 
     def _await(self, awaitable: Awaitable[Any]) -> Any:
         import asyncio
@@ -799,8 +747,81 @@ class Worker:
         if not thread.is_alive():
             loop.close()
 
-    # -- acking -----------------------------------------------------------------
+    # -- settling finished jobs ---------------------------------------------------
+    def _take_finished(self) -> list[_Held]:
+        """Up to ``ack_batch`` finished jobs, marked as being settled."""
+        with self._lock:
+            batch: list[_Held] = []
+            while self._done and len(batch) < self._ack_batch:
+                h = self._done.popleft()
+                if h.state == _DONE:
+                    h.state = _FINISHING
+                    batch.append(h)
+                else:  # lease lost while it waited: nothing to settle
+                    self._held.discard(h)
+                    self._cond.notify_all()
+            return batch
+
+    def _settling(self, batch: list[_Held]) -> dict[str, Any]:
+        """finish_and_claim's arguments for ``batch``: the acks (with
+        on_ack's SQL) and the failures."""
+        acks = [h for h in batch if h.error is None]
+        also = None
+        if acks and self._on_ack is not None:
+            also = functools.partial(_pass_values, self._on_ack, acks)
+        return {
+            "ack": [h.job for h in acks],
+            "fail": [(h.job, h.error[0]) for h in batch if h.error is not None],
+            "ack_also": also,
+        }
+
+    def _settled(self, batch: list[_Held], done: Finished) -> None:
+        """Count and log what a step did with ``batch``; the jobs are no
+        longer this worker's."""
+        lost = set(done.lost)
+        if lost:
+            log.warning(
+                "job(s) %s finished but their lease was lost before they were settled; they "
+                "may run again",
+                ", ".join(map(str, sorted(lost))),
+            )
+        acked = [h for h in batch if h.error is None and h.job.id not in lost]
+        failures = 0
+        if self._failure is not None:
+            failures = sum(1 for h in acked if self._failure(h.value))
+        for h in batch:
+            if h.error is None or h.job.id in lost:
+                continue
+            job, state = h.job, done.failed[h.job.id]
+            outcome = "dead (no attempts left)" if state == "dead" else "will retry"
+            log.warning(
+                "job %d failed on attempt %d of %d, %s: %s",
+                job.id,
+                job.attempt,
+                job.max_attempts,
+                outcome,
+                h.error[1] if h.error else "",
+            )
+        with self._lock:
+            self._counters["acked"] += len(acked) - failures
+            self._counters["failed"] += failures + len(done.failed)
+            self._counters["dead"] += sum(1 for st in done.failed.values() if st == "dead")
+            self._counters["lease_lost"] += len(lost)
+            self._held.difference_update(batch)
+            self._cond.notify_all()
+
+    def _unsettled(self, batch: list[_Held]) -> None:
+        """A step that raised: its finished jobs wait for the next one (a try
+        whose answer was lost but that committed is found by the jobs'
+        tokens, so nothing is settled twice)."""
+        with self._lock:
+            for h in reversed(batch):
+                h.state = _DONE
+                self._done.appendleft(h)
+
     def _ack_loop(self) -> None:
+        """Settle the finished jobs that no claim carried within ack_delay
+        (the claimer takes them whenever it claims), or once ack_batch wait."""
         while True:
             with self._lock:
                 while not self._done and not self._exiting:
@@ -808,55 +829,28 @@ class Worker:
                 if not self._done:
                     return  # exiting, nothing left
                 end = time.monotonic() + self._ack_delay
-                while len(self._done) < _ACK_BATCH and not self._exiting:
+                while len(self._done) < self._ack_batch and not self._exiting:
                     left = end - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or not self._done:
                         break
                     self._ack_cond.wait(left)
-                batch: list[_Held] = []
-                while self._done and len(batch) < _ACK_BATCH:
-                    h = self._done.popleft()
-                    if h.state == _DONE:
-                        h.state = _FINISHING
-                        batch.append(h)
-                    else:  # lease lost while it waited: nothing to ack
-                        self._held.discard(h)
-                        self._cond.notify_all()
                 exiting = self._exiting
-            if batch and not self._ack(batch) and exiting:
-                return  # cannot ack now: the leases expire and the jobs run again
+            batch = self._take_finished()
+            if batch and not self._flush(batch) and exiting:
+                return  # cannot settle now: the leases expire and the jobs run again
 
-    def _ack(self, batch: list[_Held]) -> bool:
-        lost: set[int] = set()
+    def _flush(self, batch: list[_Held]) -> bool:
         try:
-            also = None
-            if self._on_ack is not None:
-                also = functools.partial(_pass_values, self._on_ack, batch)
-            self._queue.ack_many([h.job for h in batch], also=also)
-        except LeaseLost as exc:
-            lost = set(exc.job_ids)
-            log.warning(
-                "job(s) %s finished but their lease was lost before the ack; they may run again",
-                ", ".join(map(str, exc.job_ids)),
-            )
+            done = self._queue.finish_and_claim(**self._settling(batch), n=0)
         except Exception as exc:
+            self._unsettled(batch)
             self._count("errors")
-            log.error("acking %d job(s) failed (%s); trying again", len(batch), _summary(exc))
-            with self._lock:
-                for h in reversed(batch):
-                    h.state = _DONE
-                    self._done.appendleft(h)
+            log.error(
+                "settling %d finished job(s) failed (%s); trying again", len(batch), _summary(exc)
+            )
             self._hb_stop.wait(0.2)
             return False
-        failures = 0
-        if self._failure is not None:
-            failures = sum(1 for h in batch if h.job.id not in lost and self._failure(h.value))
-        with self._lock:
-            self._counters["acked"] += len(batch) - len(lost) - failures
-            self._counters["failed"] += failures
-            self._counters["lease_lost"] += len(lost)
-            self._held.difference_update(batch)
-            self._cond.notify_all()
+        self._settled(batch, done)
         return True
 
     # -- heartbeat --------------------------------------------------------------

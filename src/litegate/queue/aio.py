@@ -29,7 +29,7 @@ from .._database import Database
 from .._errors import ConfigError
 from ..aio import AsyncDatabase
 from ..aio import connect as _aio_connect
-from ._core import Also, Job, JobInfo, Query, Step, Tx, _seconds
+from ._core import Also, Finished, Job, JobInfo, Query, Step, Tx, _seconds
 from ._errors import LeaseLost
 from ._pgdb import AsyncPgDatabase, PgDatabase, is_url
 from ._queue import DEFAULT_POLL, QueueFace
@@ -182,6 +182,47 @@ class Queue(QueueFace):
             jobs = await self._claim_once(n, lease, also)
         self.stats_counters.add("claimed", len(jobs))
         return jobs
+
+    async def finish_and_claim(
+        self,
+        ack: Iterable[Job] = (),
+        fail: Iterable[tuple[Job, str]] = (),
+        n: int = 1,
+        lease: float = 30.0,
+        wait: float = 0.0,
+        *,
+        also: Also | None = None,
+        ack_also: Also | None = None,
+    ) -> Finished:
+        """:meth:`litegate.queue.Queue.finish_and_claim`, awaitable. Cancelled
+        once the step is on its way, the jobs it claimed go back to the queue
+        (the acks and failures stand, as they committed with it)."""
+        wait = _seconds("wait", wait, zero_ok=True)
+        ack, fail = list(ack), list(fail)
+        if not ack and not fail:  # a claim (PostgreSQL merges those of many threads)
+            return (
+                Finished(await self.claim(n, lease, wait, also=also), [], {})
+                if n
+                else Finished([], [], {})
+            )
+        step = self._core.finish_and_claim(ack, fail, n, lease, also, ack_also)
+        work = asyncio.ensure_future(self._run(step))
+        try:
+            done: Finished = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(self._give_back_finished)
+            raise
+        self._finished(done, ack)
+        if not done.jobs and n and wait > 0:
+            return done._replace(jobs=await self.claim(n, lease, wait, also=also))
+        return done
+
+    def _give_back_finished(self, work: asyncio.Future[Finished]) -> None:
+        if work.cancelled() or work.exception() is not None or not work.result().jobs:
+            return
+        task = asyncio.ensure_future(self.release(work.result().jobs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _claim_once(self, n: int, lease: float, also: Also | None) -> list[Job]:
         """One claim that a cancellation cannot lose: if the task is cancelled

@@ -34,9 +34,12 @@ ROOT = Path(__file__).resolve().parents[3]
 def empty_queue() -> Iterator[None]:
     yield
     with connection.cursor() as cur:
-        for table in ("litegate_jobs", "litegate_task_results"):
+        cur.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND (name LIKE 'litegate\\_queue\\_%' ESCAPE '\\' OR name = 'litegate_task_results')"
+        )
+        for (table,) in cur.fetchall():
             cur.execute(f"DROP TABLE IF EXISTS {table}")
-        cur.execute("DROP TABLE IF EXISTS litegate_queue_schema")
     backend = tasks.add.get_backend()
     assert isinstance(backend, TaskBackend)
     backend._ready.clear()

@@ -7,9 +7,11 @@ full count over the jobs table that counts() used to be."""
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import random
+import secrets
 import signal
 import sqlite3
 import time
@@ -20,19 +22,40 @@ from typing import Any
 import pytest
 
 import litegate
-from litegate.queue import STATES, Queue, _postgres, _sqlite
+from litegate.queue import STATES, Job, Queue, _postgres, _sqlite
 from litegate.queue._pgdb import is_url
-from tests.litegate.queue import procs
+from tests.litegate.queue import procs, schema3
 from tests.litegate.queue.conftest import MakeQueue
 
+# SQLite: a waiting job is in the ready or scheduled table, a leased one in
+# the lease table; the job row says done or dead.
 _TRUTH_SQLITE = """
+SELECT (SELECT count(*) FROM litegate_queue_ready WHERE queue = :queue)
+       + (SELECT count(*) FROM litegate_queue_scheduled WHERE queue = :queue AND run_at <= :now),
+       (SELECT count(*) FROM litegate_queue_scheduled WHERE queue = :queue AND run_at > :now),
+       (SELECT count(*) FROM litegate_queue_leased WHERE queue = :queue),
+       (SELECT count(*) FROM litegate_queue_jobs WHERE queue = :queue AND state = 2),
+       (SELECT count(*) FROM litegate_queue_jobs WHERE queue = :queue AND state = 3)
+"""
+# Every live job is in exactly one of the three tables, and nothing else is.
+_ONE_PLACE_SQLITE = """
+WITH placed AS (
+    SELECT id FROM litegate_queue_ready WHERE queue = :queue
+    UNION ALL SELECT id FROM litegate_queue_scheduled WHERE queue = :queue
+    UNION ALL SELECT id FROM litegate_queue_leased WHERE queue = :queue)
+SELECT (SELECT count(*) FROM (SELECT id FROM placed GROUP BY id HAVING count(*) > 1)),
+       (SELECT count(*) FROM litegate_queue_jobs WHERE queue = :queue AND state = 0
+          AND id NOT IN (SELECT id FROM placed)),
+       (SELECT count(*) FROM placed WHERE id NOT IN
+          (SELECT id FROM litegate_queue_jobs WHERE queue = :queue AND state = 0))
+"""
+_TRUTH_PG = """
 SELECT (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at <= :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at > :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 1),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 2),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 3)
-"""
-_TRUTH_PG = _TRUTH_SQLITE.replace(":queue", "%(queue)s").replace(":now", "now()")
+""".replace(":queue", "%(queue)s").replace(":now", "now()")
 
 
 def truth(where: str, name: str) -> dict[str, int]:
@@ -43,9 +66,13 @@ def truth(where: str, name: str) -> dict[str, int]:
         with psycopg.connect(where, autocommit=True) as pconn:
             row = pconn.execute(_TRUTH_PG, {"queue": name}).fetchone()
     else:
-        with sqlite3.connect(where) as conn:
+        with contextlib.closing(sqlite3.connect(where)) as conn:
+            conn.execute("BEGIN")  # one snapshot for both
             row = conn.execute(_TRUTH_SQLITE, {"queue": name, "now": time.time()}).fetchone()
-        conn.close()
+            misplaced = conn.execute(_ONE_PLACE_SQLITE, {"queue": name}).fetchone()
+        assert misplaced == (0, 0, 0), (
+            f"(in two tables, live in none, placed but not live) {misplaced}"
+        )
     assert row is not None
     return dict(zip(STATES, (int(v) for v in row), strict=True))
 
@@ -256,16 +283,6 @@ def test_counts_stay_exact_when_processes_are_killed(queue_db: str, tmp_path: Pa
 # -- migration from schema version 1 -------------------------------------------
 
 
-def _v1_sqlite(path: str) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN")
-    for statement in _sqlite._statements(_sqlite.MIGRATIONS[1]):
-        conn.execute(statement)
-    conn.execute("INSERT INTO litegate_queue_schema (version) VALUES (1)")
-    conn.execute("COMMIT")
-    conn.close()
-
-
 def _v1_pg(url: str) -> None:
     import psycopg
 
@@ -283,30 +300,119 @@ def _schema_version(where: str) -> int:
         with psycopg.connect(where) as pconn:
             row = pconn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()
     else:
-        with sqlite3.connect(where) as conn:
+        with contextlib.closing(sqlite3.connect(where)) as conn:
             row = conn.execute("SELECT max(version) FROM litegate_queue_schema").fetchone()
-        conn.close()
     assert row is not None
     return int(row[0])
 
 
-def test_a_version_1_database_is_migrated_with_exact_counts(
-    queue_db: str, monkeypatch: pytest.MonkeyPatch
+class OldWriter:
+    """A litegate of an older schema version writing a SQLite file: the
+    store of schema 3, verbatim (tests/litegate/queue/schema3.py), at
+    ``version`` (1, 2 or 3), on a plain connection, each call its own
+    IMMEDIATE transaction, as that litegate's queue ran them."""
+
+    def __init__(self, path: str, version: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(schema3, "SCHEMA_VERSION", version)
+        monkeypatch.setattr(schema3, "_pruned", [time.time()])  # (version 1 has no counts)
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.tx(schema3.create_schema)
+
+    def tx(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(self.conn, *args, **kwargs)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return out
+
+    def put(self, payload: Any, delay: float = 0.0, priority: int = 0, attempts: int = 5) -> int:
+        now = time.time()
+        row = ("default", priority, now + delay, json.dumps(payload), attempts, None, now)
+        return int(self.tx(schema3.insert_one, row))
+
+    def claim(self, n: int, lease: float = 300.0) -> list[Job]:
+        token = secrets.randbits(62)
+        rows, until = self.tx(schema3.claim, "default", n, lease, token)
+        return [
+            Job(r[0], json.loads(r[1]), r[2], r[3], until, r[5], "default", token) for r in rows
+        ]
+
+    def ack(self, jobs: list[Job]) -> None:
+        assert self.tx(schema3.ack, time.time(), [(j.id, j.token) for j in jobs]) == []
+
+    def fail(self, job: Job, retry_in: float) -> None:
+        now = time.time()
+        self.tx(schema3.fail, job.id, job.token, now, now + retry_in, "x")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _fill_old(path: str, version: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Jobs in every state, written by a litegate at schema ``version``."""
+    old = OldWriter(path, version, monkeypatch)
+    for i in range(10):
+        old.put(i)
+    old.put("later", delay=3600 * 5)
+    jobs = old.claim(6)
+    old.ack(jobs[:3])
+    old.fail(jobs[3], retry_in=600)
+    dead = old.put("dead", priority=99, attempts=1)
+    (doomed,) = old.claim(1)
+    assert doomed.id == dead
+    old.fail(doomed, retry_in=0)
+    old.close()
+    monkeypatch.undo()
+    assert _schema_version(path) == version
+    return {"dead": dead, "leased": jobs[4:6]}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_older_sqlite_database_is_migrated_with_exact_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
-    """A database made by schema version 1 (its statements, kept verbatim
-    as migration 1), filled by a litegate of that version (the jobs written
-    with version 1's schema: no counts table, no triggers), is brought to
-    the current version on open; its counts are exact at once and stay so."""
-    if is_url(queue_db):
-        _v1_pg(queue_db)
-        store: Any = _postgres
-    else:
-        _v1_sqlite(queue_db)
-        store = _sqlite
-    # Jobs in every state, written while the schema is at version 1: the
-    # queue opened with version 1's migrations only.
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 1)
-    old = Queue(queue_db)
+    """A database written by a litegate at schema version 1, 2 or 3 (one
+    table with partial indexes; counts by triggers from version 2) is moved
+    to the current schema on open: every job in its state, exact counts, and
+    the jobs leased under the old schema still held by their tokens and
+    lease ends (their worker can ack them)."""
+    path = str(tmp_path / f"v{version}.db")
+    made = _fill_old(path, version, monkeypatch)
+    q = Queue(path)
+    assert _schema_version(path) == _sqlite.SCHEMA_VERSION
+    counts = check(q, path)
+    assert counts == {"ready": 4, "scheduled": 2, "leased": 2, "done": 3, "dead": 1}
+    leased = made["leased"]
+    assert [q.get(j.id).state for j in leased] == ["leased", "leased"]
+    assert [q.get(j.id).lease_until for j in leased] == [j.lease_until for j in leased]
+    q.ack_many(leased)  # the old claim's tokens and lease ends still hold them
+    assert q.retry_dead([made["dead"]]) == 1
+    claimed = q.claim(n=10)
+    assert claimed[0].id == made["dead"]  # priority 99 first, as before
+    assert len(claimed) == 5
+    q.ack_many(claimed)
+    assert check(q, path) == {"ready": 0, "scheduled": 2, "leased": 0, "done": 10, "dead": 0}
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "litegate_jobs" not in tables
+    q.close()
+    Queue(path).close()  # at the current version already: nothing to do
+    assert _schema_version(path) == _sqlite.SCHEMA_VERSION
+
+
+def test_a_version_1_postgres_database_is_migrated_with_exact_counts(
+    pg_empty: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a database made by schema version 1 (its statements, kept
+    verbatim as migration 1), filled by the queue of that version, is brought
+    to the current version on open; its counts are exact at once."""
+    _v1_pg(pg_empty)
+    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", 1)
+    old = Queue(pg_empty)
     old.put_many(range(10))
     old.put("later", delay=3600 * 5)
     jobs = old.claim(n=6)
@@ -315,68 +421,101 @@ def test_a_version_1_database_is_migrated_with_exact_counts(
     dead = old.put("dead", max_attempts=1, priority=99)
     old.fail(old.claim()[0], "x")
     old.close()
-    assert _schema_version(queue_db) == 1
+    assert _schema_version(pg_empty) == 1
     monkeypatch.undo()
-
-    q = Queue(queue_db)
-    assert _schema_version(queue_db) == store.SCHEMA_VERSION
-    counts = check(q, queue_db)
+    q = Queue(pg_empty)
+    assert _schema_version(pg_empty) == _postgres.SCHEMA_VERSION
+    counts = check(q, pg_empty)
     assert counts == {"ready": 4, "scheduled": 2, "leased": 2, "done": 3, "dead": 1}
     assert q.retry_dead([dead]) == 1
     q.ack_many(q.claim(n=3))
-    check(q, queue_db)
+    check(q, pg_empty)
     q.close()
-    Queue(queue_db).close()  # at the current version already: nothing to do
-    assert _schema_version(queue_db) == store.SCHEMA_VERSION
+
+
+def _migrate(path: str) -> None:  # in a child process, killed at some point
+    Queue(path).close()
+
+
+def test_a_migration_killed_anywhere_leaves_the_old_schema_or_the_new_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The move to the current schema is one transaction: a process SIGKILLed
+    at any moment of it leaves the file at version 3, as it was, or at the
+    current version, complete, never a mix; the next open finishes the job
+    with exact counts. (Other processes wait for it at the write gate.)"""
+    template = str(tmp_path / "v3.db")
+    old = OldWriter(template, 3, monkeypatch)
+    now = time.time()
+    rows = [("default", 0, now, json.dumps(i), 5, None, now) for i in range(60_000)]
+    old.tx(schema3.insert_many, rows)
+    leased = old.claim(1000)
+    old.ack(leased[:500])
+    old.close()
+    monkeypatch.undo()
+    with contextlib.closing(sqlite3.connect(template)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    image = Path(template).read_bytes()
+    timed = str(tmp_path / "timed.db")
+    Path(timed).write_bytes(image)
+    t0 = time.monotonic()
+    _migrate(timed)
+    took = time.monotonic() - t0  # the kills land from the child's start to past its end
+    ctx = mp.get_context("fork")
+    outcomes: Counter[int] = Counter()
+    rnd = random.Random(5)
+    for trial in range(8):
+        path = str(tmp_path / f"trial{trial}.db")
+        Path(path).write_bytes(image)
+        child = ctx.Process(target=_migrate, args=(path,))
+        child.start()
+        time.sleep(rnd.uniform(0, 1.3 * took))
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+        version = _schema_version(path)
+        outcomes[version] += 1
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if version == 3:
+                assert "litegate_queue_jobs" not in tables, tables
+                assert conn.execute("SELECT count(*) FROM litegate_jobs").fetchone() == (60_000,)
+            else:
+                assert version == _sqlite.SCHEMA_VERSION
+                assert "litegate_jobs" not in tables, tables
+        q = Queue(path)  # finishes the move if the kill came first
+        assert check(q, path) == {
+            "ready": 59_000, "scheduled": 0, "leased": 500, "done": 500, "dead": 0,
+        }  # fmt: skip
+        q.close()
+    assert sum(outcomes.values()) == 8
+    print(f"migrations killed: {dict(outcomes)} (version: trials)")
+
+
+def test_empty_counts_stay_until_purge_and_counts_stay_exact(tmp_path: Path) -> None:
+    """A count that falls to zero keeps its row (deleting it cost as much as
+    the change); purge() clears such rows, and counts() is exact throughout."""
+    path = str(tmp_path / "zero.db")
+    q = Queue(path)
+    q.put_many(range(6))
+    q.ack_many(q.claim(n=6))
+    assert _zero_rows(path) == 2  # the "ready" and "leased" counts, at zero
+    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 6, "dead": 0}
+    q.put("x")
+    assert _zero_rows(path) == 1  # the same "ready" row counts again
+    q.ack(q.claim()[0])
+    assert _zero_rows(path) == 2
+    assert q.purge(done_before=time.time() + 1) == 6  # all but the newest row of the table
+    assert _zero_rows(path) == 0
+    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 1, "dead": 0}
+    q.close()
 
 
 def _zero_rows(path: str) -> int:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         (n,) = conn.execute(f"SELECT count(*) FROM {_sqlite.COUNTS_TABLE} WHERE n = 0").fetchone()
     return int(n)
-
-
-def test_a_version_2_database_keeps_exact_counts_without_deleting_empty_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Version 3 (SQLite) replaces version 2's triggers, which deleted a
-    count that fell to zero in every claim and ack, with ones that leave it
-    for purge() and an hourly claim to clear. A file written by version 2 is
-    migrated on open with exact counts; afterwards empty counts stay until
-    a purge or the next hour's first claim clears them, and counts() stays
-    exact throughout."""
-    path = str(tmp_path / "v2.db")
-    monkeypatch.setattr(_sqlite, "SCHEMA_VERSION", 2)
-    old = Queue(path)
-    old.put_many(range(6))
-    old.ack_many(old.claim(n=6))  # version 2 deleted the emptied "ready" count
-    old.put_many(range(3))
-    old.close()
-    assert _schema_version(path) == 2
-    assert _zero_rows(path) == 0
-    monkeypatch.undo()
-
-    q = Queue(path)
-    assert _schema_version(path) == 3
-    assert check(q, path) == {"ready": 3, "scheduled": 0, "leased": 0, "done": 6, "dead": 0}
-    monkeypatch.setattr(_sqlite, "_pruned", [time.time()])  # this hour's prune is done
-    q.ack_many(q.claim(n=3))
-    assert _zero_rows(path) == 2  # the "ready" and "leased" counts stay, at zero
-    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 9, "dead": 0}
-    q.put("x")
-    assert _zero_rows(path) == 1  # the same "ready" row counts again
-    q.ack(q.claim()[0])
-    assert _zero_rows(path) == 2
-    monkeypatch.setattr(_sqlite, "_pruned", [time.time() - 3600])  # an hour later
-    assert q.claim() == []
-    assert _zero_rows(path) == 0  # that claim cleared it
-    q.put("y")
-    q.ack(q.claim()[0])
-    assert _zero_rows(path) == 2
-    assert q.purge(done_before=time.time() + 1) == 10  # all but the newest row of the table
-    assert _zero_rows(path) == 0
-    assert check(q, path) == {"ready": 0, "scheduled": 0, "leased": 0, "done": 1, "dead": 0}
-    q.close()
 
 
 def test_a_database_from_a_newer_litegate_is_refused(queue_db: str) -> None:

@@ -630,6 +630,57 @@ def test_close_wakes_waiting_claims_with_closed(make_queue: MakeQueue, closing: 
     assert reopened.get(jid).state == "scheduled"
 
 
+def test_finish_and_claim_settles_and_claims_in_one_transaction(make_queue: MakeQueue) -> None:
+    """A worker's step: acks, failures and the next claim in one transaction
+    (one commit on SQLite); jobs no longer held are reported in ``lost``,
+    not raised, and the claim stands; n=0 settles only."""
+    q = make_queue(retry_base=60, retry_max=60)
+    ids = q.put_many(range(6))
+    ids.append(q.put("last", max_attempts=1))
+    a, b, c = q.claim(n=3)
+    sqlite_db = q.db if isinstance(q.db, litegate.Database) else None
+    commits = sqlite_db.stats()["writes"]["committed"] if sqlite_db else 0
+    done = q.finish_and_claim(ack=[a], fail=[(b, "boom")], n=2)
+    if sqlite_db is not None:
+        assert sqlite_db.stats()["writes"]["committed"] == commits + 1
+    assert [j.id for j in done.jobs] == ids[3:5]
+    assert (done.lost, done.failed) == ([], {b.id: "scheduled"})
+    assert [state_of(q, i) for i in ids[:3]] == ["done", "scheduled", "leased"]
+    info = q.get(b.id)
+    assert (info.attempts, info.last_error) == (1, "boom")
+    q.ack(c)
+    later = q.finish_and_claim(ack=[c, done.jobs[0]], n=5)  # c: acked already
+    assert later.lost == [c.id]
+    assert [j.id for j in later.jobs] == ids[5:7]
+    last = later.jobs[1]
+    settled = q.finish_and_claim(ack=[done.jobs[1], later.jobs[0]], fail=[(last, "x")], n=0)
+    assert settled == litegate.queue.Finished([], [], {last.id: "dead"})
+    assert q.counts() == {"ready": 0, "scheduled": 1, "leased": 0, "done": 5, "dead": 1}
+    counters = q.stats()["counters"]
+    assert (counters["acked"], counters["failed"], counters["dead"]) == (5, 2, 1)
+
+
+def test_finish_and_claim_is_all_or_nothing(make_queue: MakeQueue) -> None:
+    """If the claim's ``also`` raises, the acks and failures of the step are
+    rolled back with it; the same jobs settle in the next step."""
+    q = make_queue()
+    q.put_many(range(3))
+    a, b = q.claim(n=2)
+
+    def boom(conn: Any, job_ids: list[int]) -> None:
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        q.finish_and_claim(ack=[a], fail=[(b, "x")], n=1, also=boom)
+    assert [state_of(q, j.id) for j in (a, b)] == ["leased", "leased"]
+    assert q.counts()["ready"] == 1
+    done = q.finish_and_claim(ack=[a], fail=[(b, "x")], n=1)
+    assert len(done.jobs) == 1
+    assert [state_of(q, j.id) for j in (a, b)] == ["done", "scheduled"]  # after its back-off
+    with pytest.raises(litegate.ConfigError, match=r"\(job, error\) pairs"):
+        q.finish_and_claim(fail=[a], n=0)  # type: ignore[list-item]
+
+
 def test_extend_many(make_queue: MakeQueue) -> None:
     q = make_queue()
     ids = q.put_many(range(3))
@@ -679,29 +730,34 @@ def test_ids_are_never_reused_after_a_purge(make_queue: MakeQueue) -> None:
 
 
 def test_every_hot_statement_uses_an_index(db_path: str) -> None:
-    """No statement of the queue scans the table: claims, sweeps, acks,
-    purges, dead letters and counts go through their partial indexes."""
+    """No statement of the queue's hot path scans a table: claims, sweeps,
+    promotions, acks, extends, dead letters, counts and next_due seek their
+    primary keys or indexes. (Purging done jobs walks the job table in id
+    order on purpose, a slice per transaction: see _sqlite.purge.)"""
     from litegate.queue import _sqlite
 
     q = Queue(db_path)
     q.close()
     conn = sqlite3.connect(db_path)
     statements: list[tuple[str, Any]] = [
-        (_sqlite._SWEEP, (1.0, "q")),
-        (_sqlite._CLAIM, (1, 2.0, "q", 1.0, 10)),
-        (_sqlite._ACK, (1.0, 1, 1)),
-        (_sqlite._ACK_BATCH, (1.0, "[1,2]", 1)),
-        (_sqlite._EXTEND, (1.0, 1, 1)),
-        (_sqlite._PURGE[2], ("q", 1.0, 10)),
-        (_sqlite._PURGE[3], ("q", 1.0, 10)),
+        (_sqlite._TAKE, ("q", 10)),
+        (_sqlite._CLAIMED, ("[1,2]",)),
+        (_sqlite._FIRST_SCHEDULED, ("q",)),
+        (_sqlite._DUE, ("q", 1.0)),
+        (_sqlite._FIRST_LEASE, ("q",)),
+        (_sqlite._EXPIRED, ("q", 1.0)),
+        (_sqlite._UNLEASE_ONE, ("q", 1.0, 1, 1)),
+        (_sqlite._UNLEASE_MANY, ("q", "[[1.0,1],[2.0,2]]", 1)),
+        (_sqlite._DONE_ONE, (1.0, 1, 1, 1)),
+        (_sqlite.SELECT_JOB, {"id": 1}),
         (_sqlite.SELECT_DEAD, {"queue": "q", "limit": 10}),
         (_sqlite.COUNTS, {"queue": "q", "now": 1.0}),
-        (_sqlite.NEXT_DUE, {"queue": "q"}),
+        (_sqlite.NEXT_DUE, {"queue": "q", "now": 1.0}),
     ]
     for sql, params in statements:
         plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
         for step in plan.split(" | "):
-            if step.startswith("SCAN litegate_jobs"):
+            if step.startswith("SCAN litegate_queue"):
                 assert "USING" in step, f"{sql.strip()[:60]}...: {plan}"
     conn.close()
 

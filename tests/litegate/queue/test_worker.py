@@ -704,3 +704,30 @@ def test_progress_line_on_a_terminal() -> None:
     # the log line is written over the progress line, which is drawn again below it
     assert text == f"\r\x1b[K{line}\r\x1b[Ka log line\n{line}"
     assert not _Console(io.StringIO()).tty
+
+
+def test_a_worker_step_is_one_transaction(db_path: str) -> None:
+    """The batch completer: the claimer carries the finished jobs' acks (and
+    failures) into its next claim, so a worker running one job at a time
+    commits once per job, not twice (a claim, then an ack)."""
+    db = litegate.connect(db_path)
+    q = Queue(db, retry_base=0.001, retry_max=0.001)  # the failed job is due again at once
+    ids = q.put_many(range(40))
+    fail_once = {ids[7]}
+
+    def handler(payload: int) -> None:
+        if ids[payload] in fail_once:
+            fail_once.clear()
+            raise ValueError("once")
+
+    before = db.stats()["writes"]["committed"]
+    # a long ack_delay: only claims settle, and the last one at the end
+    stats = Worker(q, handler, concurrency=1, burst=True, ack_delay=30).run()
+    commits = db.stats()["writes"]["committed"] - before
+    assert (stats["acked"], stats["failed"], stats["errors"]) == (40, 1, 0)
+    assert q.counts()["done"] == 40
+    # 41 runs: 41 steps, and the last step's settling (an empty claim); the
+    # settle-then-claim design of before took 82 and more
+    assert commits <= 41 + 3, commits
+    q.close()
+    db.close()

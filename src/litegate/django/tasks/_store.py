@@ -1,5 +1,5 @@
 """Where a task's result lives: one row per job in ``litegate_task_results``,
-beside the queue's own ``litegate_jobs`` in the same file. It is written in
+beside the queue's own job table in the same file. It is written in
 the queue's transactions (the claim that starts an attempt, the ack that
 ends it), so a result never disagrees with its job."""
 
@@ -10,6 +10,8 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from ...queue._sqlite import JOB_STATE, JOBS
 
 TABLE = "litegate_task_results"
 
@@ -57,10 +59,10 @@ UPDATE {TABLE}
 # A job and its result, for get_result(): the job's state says where it is,
 # the result row what happened in its attempts.
 SELECT = f"""
-SELECT j.state, j.payload, j.created_at, j.last_error, j.queue,
+SELECT {JOB_STATE}, j.payload, j.created_at, j.last_error, j.queue,
        r.status, r.return_value, r.errors, r.worker_ids, r.started_at,
        r.last_attempted_at, r.finished_at
-  FROM litegate_jobs AS j LEFT JOIN {TABLE} AS r ON r.job_id = j.id
+  FROM {JOBS} AS j LEFT JOIN {TABLE} AS r ON r.job_id = j.id
  WHERE j.id = ?
 """
 

@@ -400,11 +400,11 @@ def look(path: str, profile: str, r: int, after_job: int, ack_ids: list[int]) ->
             "SELECT r, count(*) FROM lg_rows WHERE r < ? GROUP BY r", (r,)
         )
         out["jobs"] = db.query(
-            "SELECT id, state, payload FROM litegate_jobs WHERE queue = ? AND id > ?",
+            "SELECT id, state, payload FROM litegate_queue_jobs WHERE queue = ? AND id > ?",
             (QUEUE, after_job),
         )
         out["earlier_jobs"] = db.query(
-            "SELECT count(*), coalesce(sum(state = 2), 0) FROM litegate_jobs "
+            "SELECT count(*), coalesce(sum(state = 2), 0) FROM litegate_queue_jobs "
             "WHERE queue = ? AND id <= ?",
             (QUEUE, after_job),
         )[0]
@@ -412,7 +412,9 @@ def look(path: str, profile: str, r: int, after_job: int, ack_ids: list[int]) ->
         for i in range(0, len(ack_ids), 500):
             chunk = ack_ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            states += db.query(f"SELECT id, state FROM litegate_jobs WHERE id IN ({marks})", chunk)
+            states += db.query(
+                f"SELECT id, state FROM litegate_queue_jobs WHERE id IN ({marks})", chunk
+            )
         out["acked_states"] = states
     except Exception as exc:
         out["error"] = f"read: {type(exc).__name__}: {exc}"

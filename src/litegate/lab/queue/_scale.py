@@ -102,26 +102,37 @@ def sizes(low: int, high: int) -> list[int]:
     return out
 
 
-# -- the reads of schema version 1, on the same data (the "before" figures) -----
+# -- the reads of schema version 1 (count every job), on the same data: the
+# "before" figures. On SQLite, written for today's tables (a full count of
+# each, and the earliest run_at of every ready job).
 
 _V1_SQLITE = {
     "counts": """
+SELECT (SELECT count(*) FROM litegate_queue_ready WHERE queue = :queue)
+       + (SELECT count(*) FROM litegate_queue_scheduled WHERE queue = :queue AND run_at <= :now),
+       (SELECT count(*) FROM litegate_queue_scheduled WHERE queue = :queue AND run_at > :now),
+       (SELECT count(*) FROM litegate_queue_leased WHERE queue = :queue),
+       (SELECT count(*) FROM litegate_queue_jobs WHERE queue = :queue AND state = 2),
+       (SELECT count(*) FROM litegate_queue_jobs WHERE queue = :queue AND state = 3)
+""",
+    "next_due": """
+SELECT min(t) FROM (
+    SELECT min(run_at) AS t FROM litegate_queue_ready WHERE queue = :queue
+    UNION ALL
+    SELECT min(run_at) FROM litegate_queue_scheduled WHERE queue = :queue
+    UNION ALL
+    SELECT min(lease_until) FROM litegate_queue_leased WHERE queue = :queue)
+""",
+}
+_V1_PG_COUNTS = """
 SELECT (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at <= :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at > :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 1),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 2),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 3)
-""",
-    "next_due": """
-SELECT min(t) FROM (
-    SELECT min(run_at) AS t FROM litegate_jobs INDEXED BY litegate_jobs_ready
-     WHERE queue = :queue AND state = 0
-    UNION ALL
-    SELECT min(lease_until) FROM litegate_jobs WHERE queue = :queue AND state = 1)
-""",
-}
+"""
 _V1_PG = {
-    "counts": _V1_SQLITE["counts"].replace(":queue", "%(queue)s").replace(":now", "now()"),
+    "counts": _V1_PG_COUNTS.replace(":queue", "%(queue)s").replace(":now", "now()"),
     # The plain run_at: the due index is on run_at AT TIME ZONE 'UTC', so this
     # goes through the ready index, as version 1 did.
     "next_due": """
@@ -404,10 +415,15 @@ def _measure(cfg: ScaleConfig, store: _Store, b: _Backlog, wal: _WalPeak) -> dic
 
     # The queue's purge transaction, a few times over; then as many jobs done again.
     purge = partial(
-        q._core.store.purge, queue=q.name, state=2, before=time.time() + 1, limit=_core.PURGE_CHUNK
+        q._core.store.purge,
+        queue=q.name,
+        state=2,
+        before=time.time() + 1,
+        limit=_core.PURGE_CHUNK,
+        after=0,
     )
     _, total, deleted = _timed(lambda: q.db.transact(purge), cfg.purge_chunks)
-    gone = sum(deleted)
+    gone = sum(n for n, _next in deleted)
     out["purge_per_s"] = gone / total if total > 0 else 0.0
     b.expected["done"] -= gone
     b.put_ready(gone)

@@ -12,6 +12,8 @@ import time
 from contextlib import closing
 from typing import Any
 
+from litegate.queue._sqlite import JOB_STATE, JOBS
+
 SETTINGS = "litegate.lab.tasks.settings"
 
 
@@ -114,9 +116,9 @@ def statuses(side: str, db: str, ids: list[str] | None) -> dict[str, int] | list
             )
         else:
             cur.execute(
-                "SELECT CASE j.state WHEN 0 THEN 'READY' WHEN 1 THEN 'RUNNING' WHEN 3 THEN "
+                f"SELECT CASE {JOB_STATE} WHEN 0 THEN 'READY' WHEN 1 THEN 'RUNNING' WHEN 3 THEN "
                 "'FAILED' ELSE coalesce(r.status, 'FAILED') END AS s, count(*) "
-                "FROM litegate_jobs j LEFT JOIN litegate_task_results r ON r.job_id = j.id "
+                f"FROM {JOBS} j LEFT JOIN litegate_task_results r ON r.job_id = j.id "
                 "GROUP BY s"
             )
         return {str(s): int(n) for s, n in cur.fetchall()}
