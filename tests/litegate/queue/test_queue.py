@@ -678,7 +678,7 @@ def test_finish_and_claim_is_all_or_nothing(make_queue: MakeQueue) -> None:
     assert len(done.jobs) == 1
     assert [state_of(q, j.id) for j in (a, b)] == ["done", "scheduled"]  # after its back-off
     with pytest.raises(litegate.ConfigError, match=r"\(job, error\) pairs"):
-        q.finish_and_claim(fail=[a], n=0)  # type: ignore[list-item]
+        q.finish_and_claim(fail=[a], n=0)
 
 
 def test_extend_many(make_queue: MakeQueue) -> None:
