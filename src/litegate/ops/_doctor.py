@@ -25,6 +25,7 @@ from .._database import orphan_log
 from .._errors import OpenError
 from .._files import SIDECAR, openers
 from .._profiles import PROFILES
+from ..queue import _sqlite as queue_sql
 from ._inspect import (
     GateSnapshot,
     Ticket,
@@ -151,6 +152,8 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
             if check:
                 rows = conn.execute("PRAGMA quick_check(10)").fetchall()
                 quick = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
+                if quick == "ok":
+                    pragmas["queue_counts"] = _queue_counts_off(conn)
     except sqlite3.DatabaseError as exc:
         code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
         if code == _SQLITE_NOTADB:
@@ -165,6 +168,51 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
         # schema ("malformed database schema (<bytes of the file>)")
         quick = f"SQLite cannot read it: its schema holds bytes that are not text ({exc})"
     return pragmas, quick
+
+
+def _queue_counts_off(conn: sqlite3.Connection) -> list[tuple[str, str, int, int]] | None:
+    """The queue's counts that disagree with its jobs: (queue, state, kept,
+    counted); None if the file has no queue of the current schema."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (queue_sql.COUNTS_TABLE,)
+    ).fetchone()
+    if (
+        found is None
+        or conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (queue_sql.JOBS,)
+        ).fetchone()
+        is None
+    ):
+        return None
+    names = {0: "ready", queue_sql.SCHEDULED_STATE: "scheduled", 1: "leased", 2: "done", 3: "dead"}
+    return [
+        (str(q), names.get(int(state), str(state)), int(kept), int(counted))
+        for q, state, kept, counted in conn.execute(queue_sql.COUNTS_OFF)
+    ]
+
+
+def _queue_findings(rep: Report, off: list[tuple[str, str, int, int]] | None) -> None:
+    if off is None:
+        return
+    if not off:
+        rep.findings.append(Finding("queue counts", OK, "match the jobs"))
+        return
+    queues = sorted({q for q, _, _, _ in off})
+    detail = "; ".join(f"queue {q!r} {st}: {kept} kept, {n} counted" for q, st, kept, n in off)
+    rep.findings.append(
+        Finding(
+            "queue counts",
+            ACTION,
+            f"litegate.queue's counts disagree with its jobs ({detail})",
+            "rebuild them: "
+            + _python(
+                f"from litegate.queue import Queue; print(Queue({_py(rep.path)}, "
+                f"{queues[0]!r}).recount())"
+            ),
+            "the queue counts in its own statements; SQL written by hand that changes its "
+            "tables is not counted (q.counts() and workers' burst mode read the counts)",
+        )
+    )
 
 
 def _read_database(path: str, check: bool) -> tuple[dict[str, Any], str]:
@@ -231,7 +279,9 @@ def diagnose(path: str, *, check: bool = True) -> Report:
         facts["hot_journal_bytes"] = journal
         quick = "not run: a rollback journal must be rolled back first (see 'rollback journal')"
         facts["quick_check"] = quick
+    off = facts.pop("queue_counts", None)
     _file_findings(rep, pragmas, quick, wal)
+    _queue_findings(rep, off)
     if journal:
         _journal_finding(rep, journal)
     if refused:

@@ -621,6 +621,13 @@ class Core:
         rows = yield Query(self.store.COUNTS, {"queue": self.name, "now": time.time()})
         return dict(zip(STATES, (int(v) for v in rows[0]), strict=True))
 
+    def recount(self) -> Step[dict[str, int]]:
+        """Rebuild the counts of every queue in the database from the jobs
+        themselves (one pass over them), then this queue's counts."""
+        yield Tx(self.store.recount)
+        counts: dict[str, int] = yield from self.counts()
+        return counts
+
     def dead(self, limit: int) -> Step[list[JobInfo]]:
         limit = _whole("limit", limit, minimum=1)
         rows = yield Query(self.store.SELECT_DEAD, {"queue": self.name, "limit": limit})

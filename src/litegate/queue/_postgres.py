@@ -258,6 +258,18 @@ def create_schema(conn: Any) -> int:
     return SCHEMA_VERSION
 
 
+def recount(conn: Any) -> None:
+    """Count every job again (all queues), after SQL that changed the jobs
+    by hand with the triggers disabled: writers wait meanwhile (the lock),
+    so no change is counted twice or missed."""
+    conn.execute(f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE")
+    conn.execute(f"DELETE FROM {COUNTS_TABLE}")
+    conn.execute(
+        f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, slot, n) "
+        f"SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3"
+    )
+
+
 def _notify(conn: Any, queue: str) -> None:
     # Delivered when the transaction commits (never if it rolls back); two
     # identical notifications in one transaction are sent once.

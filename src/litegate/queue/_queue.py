@@ -387,6 +387,15 @@ class Queue(QueueFace):
         counts: dict[str, int] = self._run(self._core.counts())
         return counts
 
+    def recount(self) -> dict[str, int]:
+        """Rebuild the counts behind :meth:`counts` (of every queue in the
+        database) from the jobs themselves, and return this queue's. The
+        queue keeps its counts in its own statements; SQL of yours that
+        changes the queue's tables (an UPDATE, a DELETE, rows copied in) must
+        be followed by this. It reads every job once, holding the write gate."""
+        counts: dict[str, int] = self._run(self._core.recount())
+        return counts
+
     def dead(self, limit: int = 100) -> list[JobInfo]:
         """The dead letters, most recent first, with their last error."""
         jobs: list[JobInfo] = self._run(self._core.dead(limit))

@@ -837,3 +837,28 @@ SELECT (SELECT total(n) FROM c WHERE state = {READY})
        (SELECT total(n) FROM c WHERE state = {DONE}),
        (SELECT total(n) FROM c WHERE state = {DEAD})
 """
+
+# Counts that disagree with the jobs (SQL written by hand changed the tables;
+# Queue.recount() rebuilds them): (queue, state, kept, counted) per mismatch,
+# scheduled jobs per hour, as the counts keep them. Reads every job once.
+COUNTS_OFF = f"""
+WITH actual AS (
+    SELECT queue, {READY} AS state, 0 AS bucket, count(*) AS n FROM {READY_T} GROUP BY queue
+    UNION ALL
+    SELECT queue, {SCHEDULED_STATE}, CAST(run_at / {HOUR} AS INTEGER), count(*)
+      FROM {SCHEDULED} GROUP BY 1, 3
+    UNION ALL
+    SELECT queue, {LEASED}, 0, count(*) FROM {LEASED_T} GROUP BY queue
+    UNION ALL
+    SELECT queue, state, 0, count(*) FROM {JOBS} WHERE state IN (2, 3) GROUP BY 1, 2),
+kept AS (SELECT queue, state, bucket, n FROM {COUNTS_TABLE} WHERE n <> 0),
+joined AS (
+    SELECT k.queue, k.state, k.n AS kept, coalesce(a.n, 0) AS counted FROM kept AS k
+      LEFT JOIN actual AS a USING (queue, state, bucket)
+    UNION ALL
+    SELECT a.queue, a.state, 0, a.n FROM actual AS a
+     WHERE NOT EXISTS (SELECT 1 FROM kept AS k WHERE k.queue = a.queue AND k.state = a.state
+                         AND k.bucket = a.bucket))
+SELECT queue, state, sum(kept), sum(counted) FROM joined WHERE kept <> counted
+ GROUP BY queue, state ORDER BY queue, state
+"""

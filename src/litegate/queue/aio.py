@@ -284,6 +284,10 @@ class Queue(QueueFace):
         counts: dict[str, int] = await self._run(self._core.counts())
         return counts
 
+    async def recount(self) -> dict[str, int]:
+        counts: dict[str, int] = await self._run(self._core.recount())
+        return counts
+
     async def dead(self, limit: int = 100) -> list[JobInfo]:
         jobs: list[JobInfo] = await self._run(self._core.dead(limit))
         return jobs

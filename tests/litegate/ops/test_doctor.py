@@ -523,3 +523,29 @@ def test_doctor_names_a_log_whose_database_is_gone(
     err = capsys.readouterr().err
     assert "does not exist, but its write-ahead log" in err
     assert "Put the database file back" in err
+
+
+def test_doctor_checks_the_queue_counts_and_offers_recount(
+    db_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The queue's counts against its jobs (with the integrity check): SQL
+    written by hand leaves them off; doctor names the queue and state and
+    gives the recount command, after which they match."""
+    from litegate.queue import Queue
+
+    with Queue(db_path, "mail") as q:
+        q.put_many(range(4))
+        q.ack_many(q.claim(n=2))
+    assert main(["doctor", db_path]) == 0
+    assert "[ok    ] queue counts: match the jobs" in capsys.readouterr().out
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("DELETE FROM litegate_queue_jobs WHERE state = 2")
+    assert main(["doctor", db_path]) == 1
+    out = capsys.readouterr().out
+    assert "queue 'mail' done: 2 kept, 0 counted" in out
+    assert "Queue(" in out
+    assert ".recount()" in out
+    with Queue(db_path, "mail") as q:
+        assert q.recount()["done"] == 0
+    assert main(["doctor", db_path]) == 0
+    assert "queue counts: match the jobs" in capsys.readouterr().out
