@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._busy import is_busy
 from ._errors import ConfigError, TransactionError
@@ -42,6 +42,10 @@ from ._statements import TX, VACUUM
 from ._statements import kind as statement_kind
 from ._time import acquire_until, deadline_of
 
+if TYPE_CHECKING:
+    from ._combine import Ship
+
+T = TypeVar("T")
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
 
 
@@ -183,6 +187,10 @@ class GroupCommit:
         self._flusher: threading.Thread | None = None
         self._closed = False
         self.sizes = SizeHistogram()
+        # Set on a process that combines its writes with other processes'
+        # (_combine.Ship): offered each batch before the gate is taken;
+        # True if it settled the batch elsewhere, False to run it here.
+        self.ship: Ship | None = None
 
     @property
     def queued(self) -> int:
@@ -247,11 +255,27 @@ class GroupCommit:
             return False
 
     # -- leading --------------------------------------------------------------
+    def _take(self, most: int) -> tuple[list[Request], bool]:
+        """Up to ``most`` queued requests, taken into the batch; and whether
+        the queue is empty after them."""
+        with self._mutex:
+            n = min(len(self._pending), most)
+            take = [self._pending.popleft() for _ in range(n)]
+            for r in take:
+                r.state = _TAKEN
+            return take, not self._pending
+
     def _lead(self, me: Request | None, deadline: float | None) -> None:
+        first: list[Request] = []
+        if self.ship is not None:
+            first, _ = self._take(self.max_batch)
+            if first and self._shipped(first, me, deadline):
+                return
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             conn = self._begin(remaining)
         except BaseException as exc:
+            self._give_back(first, me)
             self._leader_failed(me, exc)
             if me is not None:
                 raise
@@ -263,12 +287,12 @@ class GroupCommit:
             begun = False  # BEGIN IMMEDIATE run
             live: list[Request] = []  # members whose writes are in the open transaction
             while len(batch) < self.max_batch and time.monotonic() - started < self.max_time:
-                with self._mutex:
-                    n = min(len(self._pending), self.max_batch - len(batch))
-                    take = [self._pending.popleft() for _ in range(n)]
-                    for r in take:
-                        r.state = _TAKEN
-                    alone = not self._pending
+                if first:
+                    take, first = first, []
+                    with self._mutex:
+                        alone = not self._pending
+                else:
+                    take, alone = self._take(self.max_batch - len(batch))
                 if not take:
                     break
                 batch.extend(take)  # from here on, every outcome reaches them
@@ -325,6 +349,50 @@ class GroupCommit:
                     r.result = None
         finally:
             self._finish(batch, me)
+
+    def _shipped(self, take: list[Request], me: Request | None, deadline: float | None) -> bool:
+        """Offer the batch to ``ship``; True if it was settled elsewhere (each
+        member has its outcome, and is woken)."""
+        assert self.ship is not None
+        try:
+            shipped = self.ship(take, deadline, self.in_turn)
+        except BaseException as exc:  # the batch as a whole failed (or timed out)
+            for r in take:
+                if r.error is None and r.result is None:
+                    r.error = _copy_for_member(exc)
+            shipped = True
+        if shipped:
+            done = [r for r in take if r.error is None]
+            if done:
+                self.sizes.record(len(done))
+            self._last_size = len(take)
+            self._finish(take, me)
+        return shipped
+
+    def _give_back(self, take: list[Request], me: Request | None) -> None:
+        """Requests taken but never run (the leader got no gate): back to the
+        front of the queue, in order, for the next leader."""
+        with self._mutex:
+            for r in reversed(take):
+                if r is not me:
+                    r.state = _PENDING
+                    self._pending.appendleft(r)
+
+    def in_turn(self, fn: Callable[[WriterConnection], T], deadline: float | None) -> T:
+        """``fn(conn)`` in a transaction of its own, the gate held: the
+        combiner's turns, and a shipped batch whose outcome must be settled
+        here. ``WriteTimeout`` if the gate did not come by ``deadline``."""
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        conn = self._begin(remaining)
+        try:
+            self._begin_again(conn, None)
+            value = fn(conn)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                self._end(conn, False)
+            raise
+        self._end(conn, True)
+        return value
 
     @staticmethod
     def _refused(r: Request) -> bool:

@@ -21,6 +21,7 @@ from ._batch import GroupCommit, Request, refusal
 from ._busy import BusyStrategy, get_strategy, is_busy, is_busy_error, retry_busy
 from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
 from ._closing import CloseHooks
+from ._combine import Ship
 from ._errors import (
     Closed,
     ConfigError,
@@ -205,6 +206,7 @@ class _ProcessState:
             max_time=db.GROUP_COMMIT_MAX_SECONDS,
             default_timeout=db.timeout,
         )
+        self.ship: Ship | None = None  # combining with other processes (set once open)
         self.checkpointer: Checkpointer | None = None  # started once the writer is open
         self.busy_retries = 0
         self.committed = 0
@@ -232,8 +234,10 @@ class Database:
         busy: tuple[str, BusyStrategy],
         fair: Fairness = True,
         checkpoints: bool = True,
+        combine: bool = False,
     ) -> None:
         self.path = path
+        self.combine = combine
         self.fair = fair
         self.budget = budget_of(fair)
         self.checkpoints = checkpoints
@@ -276,6 +280,9 @@ class Database:
                 state = _ProcessState(self)
                 self._state = state
                 state.writer = self._open_writer(state)
+                if self.combine:
+                    state.ship = state.batcher.ship = Ship(state.filegate)
+                    state.filegate.join_combining(state.batcher)
                 if self.checkpoints:  # one per file per process, shared
                     state.checkpointer = state.filegate.checkpointer(
                         every_commits=self._checkpoint_every,
@@ -605,6 +612,7 @@ class Database:
             state is not None
             and timeout is None
             and not self._closed  # (a forked child's copy has _state None: the hook saw to it)
+            and state.ship is None  # (combining: every write joins the queue, in order)
             and state.filegate.take_now(state.budget)
         ):
             # The lone writer: the gate was free for the taking, so no batch is
@@ -859,6 +867,13 @@ class Database:
                 "committed": state.committed,
                 "rolled_back": state.rolled_back,
                 "group_commit": batches,
+                "combined": None
+                if state.ship is None
+                else {
+                    **state.filegate.combining_stats(),
+                    "shipped_batches": state.ship.shipper.shipped,
+                    "settled_at_home": state.ship.shipper.at_home,
+                },
             },
             "checkpoints": None if state.checkpointer is None else state.checkpointer.stats(),
             "connections": {"writer": int(state.writer is not None), "readers": pool.created},
@@ -923,6 +938,9 @@ class Database:
         state = self._state
         if state is None or self._pid != os.getpid():
             return
+        if state.ship is not None:
+            state.filegate.leave_combining(state.batcher)
+            state.ship.close()
         state.batcher.close()
         state.pool.close(on_idle=lambda conn: self._close_conn(state, conn))
         state.filegate.lock.close_waiters(self)  # our callers in line get Closed
@@ -1147,6 +1165,7 @@ def connect(
     busy: str | BusyStrategy = "constant",
     fair: Fairness = True,
     checkpoints: bool = True,
+    combine: bool = False,
 ) -> Database:
     """Open (or create) the SQLite file at ``path`` for fair concurrent use.
 
@@ -1166,6 +1185,12 @@ def connect(
       ``"strict"``: strict FIFO with direct hand-off for every transaction.
       False: unbounded barging. The reader pool is strict FIFO unless
       ``fair=False``.
+    - ``combine``: combine this process's single-statement writes
+      (``execute``, ``executemany``) with other processes' into one
+      transaction, committed by one process at a time (the README's
+      "Combined writes across processes"). Statements must mean the same in
+      every process: no SQL functions, collations or adapters registered in
+      one process only.
     - ``checkpoints``: run WAL checkpoints on a background thread (the
       default) instead of inside the COMMIT that crosses SQLite's
       auto-checkpoint threshold.
@@ -1205,4 +1230,5 @@ def connect(
         busy=busy_fn,
         fair=fair,
         checkpoints=bool(checkpoints),
+        combine=bool(combine),
     )

@@ -68,6 +68,11 @@ _H_WANT = 36  # u32: a futex word rung by a waiter while the gate's holder is id
 _H_IDLE = 40  # u64: pid of a process that keeps the gate while idle (0: none)
 _H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
 _H_BARGES = 56  # u64: grants taken past a waiting head
+# 64-79: the checkpointer's. 80-95: the combiner's (see _combine.py): its
+# pid and the nonce that names its socket, written by the holder of the
+# COMBINER lock.
+H_COMBINER_PID = 80  # u64
+H_COMBINER_NONCE = 88  # u64
 _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
 _SLOT_SIZE = _SLOT.size
 _SIZE = _HEADER + SLOTS * _SLOT_SIZE
@@ -78,6 +83,7 @@ _W_HEAD = _H_HEAD >> 3
 _W_IDLE = _H_IDLE >> 3
 _MUTEX = 0
 _GATE = 1 << 31  # lock-only offsets past the data: they need no bytes
+COMBINER = _GATE + 2  # held by the process that combines other processes' writes
 _SLOT_LOCK_BASE = 1 << 32
 _NO_LIMIT = 0xFFFFFFFF  # a budget field without a bound
 
@@ -737,6 +743,26 @@ class ProcessLock:
         if (due or (wake and head is not None)) and self._wake is not None:
             self._wake.bump()
             self._wake.wake(1)
+
+    def word(self, offset: int) -> int:
+        """A u64 field of the table's header (see H_COMBINER_*)."""
+        return int(self._words[offset >> 3])
+
+    def set_word(self, offset: int, value: int) -> None:
+        self._words[offset >> 3] = value
+
+    def take_role(self, offset: int) -> int:
+        """A descriptor of our own on the lock file, holding the lock-only
+        byte ``offset`` (a role only one process has, such as COMBINER);
+        -1 if another process holds it. Closing the descriptor (or dying)
+        gives the role back."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(fd, _SETLK, _flock(fcntl.F_WRLCK, offset))
+        except OSError:
+            os.close(fd)
+            return -1
+        return fd
 
     def close(self) -> None:
         """Release if held, stop the helpers, close the file. Safe to call twice."""

@@ -33,13 +33,16 @@ from typing import TYPE_CHECKING
 
 from . import _grantlog
 from ._checkpoint import Checkpointer
+from ._combine import Combiner
 from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, QUEUED, STRICT, Budget, FairLock, QueueClosed
-from ._filelock import DUE, PASSED, ProcessLock
+from ._filelock import COMBINER, DUE, H_COMBINER_NONCE, H_COMBINER_PID, PASSED, ProcessLock
 from ._guard import close_connection
 
 if TYPE_CHECKING:
     import asyncio
+
+    from ._batch import GroupCommit
 
 _REGISTRY: dict[str, FileGate] = {}
 _REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and the use counts; no I/O under it
@@ -111,6 +114,7 @@ def _after_fork_in_child() -> None:
     _HELD_FOR_FORK.clear()
     for gate in list(_REGISTRY.values()):
         gate.plock.forget_after_fork()
+        gate._forget_combiner_after_fork()
         ckpt, gate._ckpt = gate._ckpt, None
         if ckpt is not None and ckpt.conn is not None:
             drop_after_fork(ckpt.conn, idle=not ckpt.busy)
@@ -166,6 +170,13 @@ class FileGate:
         self._closing = False
         self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
         self.waited = False  # the last acquire() slept in a line (read by its grantee)
+        # Combining other processes' writes (see _combine.py): the group
+        # commits of this process's Databases opened with combine=True, the
+        # descriptor holding the COMBINER role, and the server while we hold it.
+        self._combine_lock = threading.Lock()  # guards the three; the server starts outside it
+        self._combining: list[GroupCommit] = []
+        self._role_fd = -1
+        self._combiner: Combiner | None = None
 
     @classmethod
     def open(cls, path: str) -> FileGate:
@@ -232,6 +243,7 @@ class FileGate:
             if last:
                 del _REGISTRY[self.path]
         if last:
+            self._stop_combining()
             ckpt, self._ckpt = self._ckpt, None
             if ckpt is not None:
                 ckpt.stop()
@@ -251,6 +263,91 @@ class FileGate:
         closer = threading.Thread(target=self.close, name="litegate-gate-close", daemon=True)
         with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: moot
             closer.start()
+
+    # -- combining other processes' writes (_combine.py) -------------------------
+    def join_combining(self, batcher: GroupCommit) -> None:
+        """A Database of this process combines writes: it may serve as the
+        combiner's group commit; take the role now if nobody has it."""
+        with self._combine_lock:
+            self._combining.append(batcher)
+        self.try_combine()
+
+    def leave_combining(self, batcher: GroupCommit) -> None:
+        """That Database closes: if its group commit served the combiner,
+        stop serving (another process, or this one's next Database, takes
+        the role)."""
+        with self._combine_lock:
+            if batcher in self._combining:
+                self._combining.remove(batcher)
+            serving = self._combiner is not None and self._combiner.batcher is batcher
+        if serving:
+            self._stop_combining()
+            self.try_combine()
+
+    @property
+    def combiner(self) -> Combiner | None:
+        """The combiner's server, if this process combines."""
+        return self._combiner
+
+    def combiner_nonce(self) -> int | None:
+        """The socket name of the combiner if another process combines; None
+        if this one does, or nobody has published one."""
+        if self._combiner is not None:
+            return None
+        nonce = self.plock.word(H_COMBINER_NONCE)
+        return nonce or None
+
+    def try_combine(self) -> bool:
+        """Take the combiner role if no process holds it, and serve; True if
+        this process combines (now or already)."""
+        with self._combine_lock:
+            if self._combiner is not None:
+                return True
+            if not self._combining or self._closing:
+                return False
+            fd = self.plock.take_role(COMBINER)
+            if fd < 0:
+                return False
+            batcher = self._combining[0]
+            try:
+                combiner = Combiner(batcher)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._role_fd, self._combiner = fd, combiner
+            self.plock.set_word(H_COMBINER_PID, os.getpid())
+            self.plock.set_word(H_COMBINER_NONCE, combiner.nonce)
+        return True
+
+    def _stop_combining(self) -> None:
+        with self._combine_lock:
+            combiner, self._combiner = self._combiner, None
+            fd, self._role_fd = self._role_fd, -1
+            if combiner is not None and self.plock.word(H_COMBINER_NONCE) == combiner.nonce:
+                self.plock.set_word(H_COMBINER_NONCE, 0)
+                self.plock.set_word(H_COMBINER_PID, 0)
+        if combiner is not None:
+            combiner.stop()
+        if fd >= 0:
+            os.close(fd)  # the role goes
+
+    def _forget_combiner_after_fork(self) -> None:
+        """In a forked child: the role and the server are the parent's (the
+        descriptor's lock is shared with the parent's copy: closing our copy
+        leaves it held; the server thread did not survive the fork)."""
+        if self._role_fd >= 0:
+            os.close(self._role_fd)
+        self._role_fd, self._combiner, self._combining = -1, None, []
+
+    def combining_stats(self) -> dict[str, object]:
+        combiner = self._combiner
+        return {
+            "combiner_pid": self.plock.word(H_COMBINER_PID) or None,
+            "this_process_combines": combiner is not None,
+            "served_batches": 0 if combiner is None else combiner.served,
+            "served_statements": 0 if combiner is None else combiner.statements,
+            "turns": 0 if combiner is None else combiner.turns,
+        }
 
     # -- the file's checkpointer ------------------------------------------------
     def checkpointer(self, *, every_commits: int, restart_frames: int) -> Checkpointer:

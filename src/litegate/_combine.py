@@ -1,0 +1,756 @@
+"""Group commit across processes: one process commits the single-statement
+writes that every process queued, in its own transactions.
+
+Taking turns at the write gate cannot beat plain ``sqlite3`` across
+processes: plain ``sqlite3`` is fast because one process writes while the
+others sleep for up to seconds, and the cheapest lock whose waiters sleep
+costs 30-50 % of its rate. Combining can: one commit serves every process.
+
+- **The combiner** is one process per database file, elected through the
+  sidecar: the holder of an OFD lock on the sidecar's byte ``COMBINER``
+  (released by the kernel when that process dies). A thread of its own
+  listens on an abstract Unix socket (no file to clean up) whose name, a
+  random nonce, it publishes in the sidecar's table with its pid. In turns,
+  it reads what every client sent (and what its own process's writers
+  handed it), takes the write gate, runs all of it in one transaction in
+  arrival order (at most the group commit's bound of statements per turn),
+  commits, gives the gate back and answers each. One thread does all of
+  it, so no answer waits for a hand-off between threads (their GIL); its
+  turns take the gate like any writer's, so ``db.write()`` blocks and
+  ``transact(fn)`` of every process still get the gate between them under
+  bounded fairness.
+- **A client** process (any that opened the file with ``combine``) batches
+  its threads' writes in its group commit as always; a batch leader whose
+  batch holds only plain statements (``db.execute``/``db.executemany``)
+  ships the batch as one request, ``(client, seq, statements)``, and waits
+  for the answer instead of taking the gate. A batch with a
+  ``transact(fn)`` member (Python cannot travel) runs at home through the
+  gate, as without combining. In the combiner's own process the same
+  batches go to its thread through memory, in the same line as everyone's.
+- **Exactly once.** :func:`apply_all` runs each batch's statements (a
+  failing statement gets its own error; the others commit) and records
+  ``(client, seq)`` with the outcomes in ``litegate_combined``, in the same
+  transaction; a batch whose ``(client, seq)`` is recorded already gets the
+  recorded outcomes and runs nothing. A client whose combiner goes away
+  before answering (it died: SIGKILL at any step) settles the same batch at
+  home through the gate (:func:`apply`): the record says whether it
+  committed there (then nothing runs again) or not (then it runs now).
+  Whichever runs first wins and the other finds the record, so a batch is
+  never applied twice, and never lost once answered. A client that times
+  out while its batch still waits at the combiner asks for it back (as a
+  cancelled asyncio write is withdrawn), and gets either the withdrawal or
+  the outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import pickle
+import secrets
+import selectors
+import signal
+import socket
+import sqlite3
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ._batch import GroupCommit, Request, refusal
+from ._errors import Closed, Error, WriteTimeout
+from ._guard import RELEASE, ROLLBACK_TO, SAVEPOINT, WriterConnection
+from ._time import acquire_until
+
+if TYPE_CHECKING:
+    from ._gate import FileGate
+
+RECORD = "litegate_combined"
+_RECORD_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {RECORD} (client INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
+    "outcomes BLOB NOT NULL, at REAL NOT NULL)"
+)
+_RECORD_SEEN = f"SELECT seq, outcomes FROM {RECORD} WHERE client = ?"
+_RECORD_PUT = (
+    f"INSERT INTO {RECORD} (client, seq, outcomes, at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (client) DO UPDATE SET seq = excluded.seq, outcomes = excluded.outcomes, "
+    "at = excluded.at"
+)
+
+# A test seam: LITEGATE_COMBINER_CRASH=<step> makes a combiner SIGKILL its
+# own process at that step of the protocol (received, mid_batch, committed,
+# answering), so that the tests prove every step against a dead combiner.
+_CRASH = os.environ.get("LITEGATE_COMBINER_CRASH", "")
+
+
+def _crash_point(step: str) -> None:
+    if step == _CRASH:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+Statement = tuple[str, Any, bool]  # (sql, params, many)
+# What a statement did: ("ok", rowcount, lastrowid, rows) or ("error", the error).
+Outcome = tuple[Any, ...]
+
+_LEN = struct.Struct("!I")
+_MAX_MESSAGE = 1 << 30
+_PLAIN = (int, float, str, bytes, type(None))
+
+
+# -- what runs in the committing transaction --------------------------------------
+
+
+class Work:
+    """One batch at the combiner: ``(client, seq, statements)``, how its
+    answer goes back (``answer(kind, payload)``, on the combiner's thread,
+    after its turn), and whether its client still waits for it
+    (``waiting()``: a client that gave up settles the batch at home)."""
+
+    __slots__ = ("answer", "client", "outcomes", "seq", "statements", "waiting")
+
+    def __init__(self, client: int, seq: int, statements: list[Statement],
+                 answer: Callable[[str, Any], None],
+                 waiting: Callable[[], bool] | None = None) -> None:  # fmt: skip
+        self.client = client
+        self.seq = seq
+        self.statements = statements
+        self.answer = answer
+        self.waiting = waiting
+        self.outcomes: list[Outcome] | None = None
+
+
+class _Isolate(Exception):
+    """A statement failed part way and kept some of its changes (ON
+    CONFLICT FAIL): its batch fails alone, the turn runs again without it."""
+
+    def __init__(self, work: Work, error: BaseException) -> None:
+        super().__init__(error)
+        self.work = work
+        self.error = error
+
+
+def apply_all(conn: WriterConnection, works: Sequence[Work],
+              refusal: Callable[[str], Exception | None]) -> None:  # fmt: skip
+    """A turn's batches, in order, in the open transaction, each once, each
+    recorded under its ``(client, seq)`` in the same transaction (client 0,
+    the combiner's own process, has nothing to record).
+
+    Once: a batch runs here only while its client still waits for it,
+    checked with the gate held. A client gives up only when its combiner
+    went away (its socket closed), and then settles the batch at home
+    through the gate, after this turn or before it: after, it finds this
+    turn's record; before, this check sees its socket closed and the batch
+    does not run here. (:func:`apply`, at home, reads the record instead.)
+    Raises :class:`_Isolate` for a batch that must fail alone."""
+    records = []
+    now = time.time()
+    for w in works:
+        if w.waiting is not None and not w.waiting():
+            continue  # its client settles it at home (w.outcomes stays None)
+        w.outcomes = _run(conn, w, refusal)
+        if w.client:
+            records.append((w.client, w.seq, pickle.dumps(w.outcomes), now))
+            _crash_point("mid_batch")
+    if records:
+        try:
+            conn.executemany(_RECORD_PUT, records)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            conn.execute(_RECORD_SCHEMA)
+            conn.executemany(_RECORD_PUT, records)
+
+
+def _run(conn: WriterConnection, w: Work,
+         refusal: Callable[[str], Exception | None]) -> list[Outcome]:  # fmt: skip
+    """One batch's statements, each with its own outcome. A plain statement
+    that fails undoes itself (SQLite's statement journal); one that kept
+    part of its changes needs its batch undone alone (:class:`_Isolate`);
+    an executemany, or a statement among several, gets a SAVEPOINT."""
+    outcomes: list[Outcome] = []
+    single = len(w.statements) == 1 and not w.statements[0][2]
+    for sql, params, many in w.statements:
+        refused = refusal(sql)
+        if refused is not None:
+            outcomes.append(("error", encode_error(refused)))
+            continue
+        if single:
+            before = conn.total_changes
+            try:
+                cur = conn.execute(sql, params)
+                rows = cur.fetchall()
+            except Exception as exc:
+                if not conn.in_transaction:
+                    raise  # SQLite dropped the transaction (disk full): the turn fails
+                if conn.total_changes != before:
+                    raise _Isolate(w, conn.guard.typed(exc)) from exc
+                outcomes.append(("error", encode_error(conn.guard.typed(exc))))
+                continue
+            outcomes.append(("ok", cur.rowcount, cur.lastrowid, rows))
+            continue
+        conn.control(SAVEPOINT)
+        try:
+            cur = conn.executemany(sql, params) if many else conn.execute(sql, params)
+            rows = cur.fetchall()
+        except Exception as exc:
+            if not conn.in_transaction:
+                raise
+            conn.control(ROLLBACK_TO)
+            conn.control(RELEASE)
+            outcomes.append(("error", encode_error(conn.guard.typed(exc))))
+            continue
+        conn.control(RELEASE)
+        outcomes.append(("ok", cur.rowcount, cur.lastrowid, rows))
+    return outcomes
+
+
+def apply(
+    conn: WriterConnection,
+    client: int,
+    seq: int,
+    statements: list[Statement],
+    refusal: Callable[[str], Exception | None],
+) -> list[Outcome]:
+    """One batch, once: for a client settling at home what it shipped to a
+    combiner that went away. If the record holds ``(client, seq)``, the
+    batch committed there: its recorded outcomes, nothing run again; else
+    it runs now, and is recorded."""
+    try:
+        row = conn.execute(_RECORD_SEEN, (client,)).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        row = None
+    if row is not None and row[0] == seq:
+        recorded: list[Outcome] = pickle.loads(row[1])
+        return recorded
+    w = Work(client, seq, statements, _no_answer)
+    try:
+        apply_all(conn, [w], refusal)
+    except _Isolate as isolated:
+        raise isolated.error from None
+    assert w.outcomes is not None
+    return w.outcomes
+
+
+def _no_answer(kind: str, payload: Any) -> None:
+    pass
+
+
+def encode_error(exc: BaseException) -> tuple[Any, ...]:
+    """A statement's error, as plain data that another process turns back
+    into the same exception (:func:`decode_error`)."""
+    cls = type(exc)
+    return (
+        cls.__module__,
+        cls.__qualname__,
+        tuple(a if isinstance(a, _PLAIN) else str(a) for a in exc.args),
+        getattr(exc, "sqlite_errorcode", None),
+        getattr(exc, "sqlite_errorname", None),
+    )
+
+
+def decode_error(data: tuple[Any, ...]) -> BaseException:
+    module, name, args, code, code_name = data
+    cls: Any = None
+    if module in ("sqlite3", "_sqlite3") or module.startswith("litegate."):
+        with contextlib.suppress(Exception):
+            cls = importlib.import_module(module)
+            for part in name.split("."):
+                cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        return Error(f"{module}.{name}: {args[0] if args else ''}")
+    try:
+        exc = cls(*args)
+    except Exception:
+        return Error(f"{module}.{name}: {args[0] if args else ''}")
+    if code is not None:
+        exc.sqlite_errorcode = code  # type: ignore[attr-defined]
+        exc.sqlite_errorname = code_name  # type: ignore[attr-defined]
+    return exc
+
+
+# -- the wire: length-prefixed pickles over a Unix socket ---------------------------
+
+
+def _send(sock: socket.socket, message: Any) -> None:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_LEN.pack(len(body)) + body)
+
+
+class _Reader:
+    """Messages from a socket, as few ``recv`` calls as it takes (one, for a
+    small message already there), not one for the length and one more."""
+
+    __slots__ = ("_buf", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = bytearray()
+
+    def next(self) -> Any:
+        """The next message, waiting for it (the socket's own blocking and
+        receive timeout apply: ``BlockingIOError`` when that runs out)."""
+        buf = self._buf
+        while True:
+            if len(buf) >= _LEN.size:
+                (n,) = _LEN.unpack_from(buf)
+                if n > _MAX_MESSAGE:
+                    raise ConnectionError("a message larger than litegate sends")
+                end = _LEN.size + n
+                if len(buf) >= end:
+                    message = pickle.loads(bytes(buf[_LEN.size : end]))
+                    del buf[:end]
+                    return message
+            part = self.sock.recv(max(65536, (_LEN.unpack_from(buf)[0] + 4 - len(buf))
+                                      if len(buf) >= _LEN.size else 65536))  # fmt: skip
+            if not part:
+                raise ConnectionError("the other end went away")
+            buf += part
+
+    def pending(self) -> bool:
+        """A whole message is already read and waits here."""
+        buf = self._buf
+        return len(buf) >= _LEN.size and len(buf) >= _LEN.size + _LEN.unpack_from(buf)[0]
+
+
+def _receive_timeout(sock: socket.socket, seconds: float | None) -> None:
+    """Make the (blocking) socket's next receives give up after ``seconds``
+    (None: never): the kernel times the wait, so a receive is one system
+    call, not a poll and a receive."""
+    if seconds is None:
+        sec, usec = 0, 0
+    else:
+        seconds = max(seconds, 1e-6)
+        sec, usec = int(seconds), int((seconds % 1) * 1e6) or (0 if seconds >= 1 else 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", sec, usec))
+
+
+def address(nonce: int) -> str:
+    """The combiner's socket: in Linux's abstract namespace (a leading NUL),
+    so that it goes with its process and leaves no file behind."""
+    return f"\0litegate-combiner-{nonce:016x}"
+
+
+# -- the combiner's side ---------------------------------------------------------------
+class Combiner:
+    """Serves every process's batches of plain statements, on one thread of
+    its own, in turns: it reads what the clients sent (and what this
+    process's own writers handed it, :meth:`submit_local`), takes the write
+    gate, runs it all in one transaction (:func:`apply_all`), commits, gives
+    the gate back and answers each. Started once this process holds the
+    combiner role (see ``FileGate``); ``batcher`` is the group commit of the
+    Database it serves through (its ``in_turn`` takes the gate and runs a
+    transaction, its ``max_batch`` bounds a turn)."""
+
+    # How long a turn waits for the gate before it looks at the sockets again
+    # (withdrawals, new batches) and tries again.
+    GATE_LOOK = 0.05
+
+    def __init__(self, batcher: GroupCommit) -> None:
+        self.batcher = batcher
+        self.nonce = secrets.randbits(63) or 1
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(address(self.nonce))
+        self._listener.listen(256)
+        self._listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._lock = threading.Lock()  # guards _queue, _sleeping, _stop; no I/O under it
+        self._queue: deque[Work] = deque()  # in arrival order, not yet in a turn
+        self._sleeping = False
+        self._stop = False
+        self.served = 0  # batches answered
+        self.statements = 0
+        self.turns = 0
+        self._thread = threading.Thread(target=self._serve, name="litegate-combiner", daemon=True)
+        self._thread.start()
+
+    # -- this process's own writers -----------------------------------------------
+    def submit_local(self, statements: list[Statement], deadline: float | None) -> list[Outcome]:
+        """A batch of this process's, in the same line as everyone's; waits
+        for its outcomes. ``WriteTimeout`` if the deadline passes while it
+        still waits for a turn (it is withdrawn: it never runs)."""
+        done = threading.Lock()
+        done.acquire()
+        result: list[tuple[str, Any]] = []
+
+        def answer(kind: str, payload: Any) -> None:
+            result.append((kind, payload))
+            done.release()
+
+        w = Work(0, 0, statements, answer)
+        self._enqueue(w)
+        if not acquire_until(done, math.inf if deadline is None else deadline):
+            with self._lock:
+                withdrawn = w in self._queue
+                if withdrawn:
+                    self._queue.remove(w)
+            if withdrawn:
+                raise WriteTimeout("withdrawn")
+            done.acquire()  # in a turn now: its outcome is ours, however late
+        kind, payload = result[0]
+        if kind == "done":
+            outcomes: list[Outcome] = payload
+            return outcomes
+        raise payload
+
+    def _enqueue(self, w: Work) -> None:
+        with self._lock:
+            if self._stop:
+                raise Closed("the combiner stopped")
+            self._queue.append(w)
+            wake, self._sleeping = self._sleeping, False
+        if wake:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+
+    # -- the thread -----------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._stop:
+                        break
+                    idle = not self._queue
+                    self._sleeping = idle
+                self._poll(1.0 if idle else 0.0)
+                self._turn()
+        finally:
+            self._fail_queued(Closed("the combiner stopped; try again"))
+            self._teardown()
+
+    def _poll(self, timeout: float) -> None:
+        """Accept clients and read what they sent (batches join the line,
+        withdrawals are answered)."""
+        for key, _ in self._selector.select(timeout):
+            if key.fileobj is self._listener:
+                self._accept()
+            elif key.fileobj == self._wake_r:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 4096)
+            else:
+                self._read(key.data)
+
+    def _turn(self) -> None:
+        """One transaction for what waits (the first batches of the line, up
+        to the group commit's bound of statements), then the answers."""
+        with self._lock:
+            works: list[Work] = []
+            n = 0
+            while self._queue and n < self.batcher.max_batch:
+                w = self._queue.popleft()
+                works.append(w)
+                n += len(w.statements)
+        while works:
+            try:
+                self.batcher.in_turn(
+                    partial(apply_all, works=works, refusal=refusal),
+                    time.monotonic() + self.GATE_LOOK,
+                )
+            except _Isolate as isolated:  # it fails alone; the rest run again
+                isolated.work.answer("failed", isolated.error)
+                works.remove(isolated.work)
+                continue
+            except WriteTimeout:
+                # The gate is busy (a long transaction): back to the head of
+                # the line, look at the sockets (withdrawals), try again.
+                with self._lock:
+                    self._queue.extendleft(reversed(works))
+                return
+            except BaseException as exc:  # the transaction failed as a whole
+                for w in works:
+                    w.answer("failed", exc)
+                return
+            break
+        if not works:
+            return
+        self.turns += 1
+        for w in works:
+            if w.outcomes is not None:  # (None: its client gave up and settles it at home)
+                self.served += 1
+                self.statements += len(w.statements)
+                w.answer("done", w.outcomes)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        with self._lock:
+            works, self._queue = list(self._queue), deque()
+        for w in works:
+            w.answer("failed", exc)
+
+    # -- clients ---------------------------------------------------------------------
+    def _accept(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            sock, _ = self._listener.accept()
+            sock.setblocking(True)
+            self._selector.register(sock, selectors.EVENT_READ, _Reader(sock))
+
+    def _read(self, reader: _Reader) -> None:
+        """What a client sent: every whole message there is."""
+        while True:
+            try:
+                message = reader.next()
+            except (OSError, ConnectionError, pickle.UnpicklingError, EOFError):
+                self._drop(reader.sock)
+                return
+            self._take(reader.sock, message)
+            if not reader.pending():
+                return
+
+    def _take(self, sock: socket.socket, message: Any) -> None:
+        if message[0] == "run":
+            _, client, seq, statements = message
+            _crash_point("received")
+            with self._lock:
+                self._queue.append(
+                    Work(client, seq, statements, partial(_reply, sock, seq), partial(_open, sock))
+                )
+        elif message[0] == "cancel":
+            _, client, seq = message
+            with self._lock:
+                w = next((w for w in self._queue if (w.client, w.seq) == (client, seq)), None)
+                if w is not None:
+                    self._queue.remove(w)
+            if w is not None:
+                _reply(sock, seq, "cancelled", None)
+
+    def _drop(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        sock.close()
+
+    def stop(self) -> None:
+        """Stop serving: the listener closes (clients then take the role or
+        run at home); batches still waiting for a turn get :class:`Closed`."""
+        with self._lock:
+            self._stop = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _teardown(self) -> None:
+        for key in list(self._selector.get_map().values()):
+            obj = key.fileobj
+            if isinstance(obj, socket.socket) and obj is not self._listener:
+                obj.close()
+        self._selector.close()
+        self._listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _open(sock: socket.socket) -> bool:
+    """Is the client at the other end still there (not closed, not dead)?
+    A look that takes nothing (what it sent is read later)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True  # nothing to read, and still open
+    except OSError:
+        return False
+
+
+def _reply(sock: socket.socket, seq: int, kind: str, payload: Any) -> None:
+    """Answer a client, on the combiner's thread: its outcomes, a batch-wide
+    error, or its withdrawal."""
+    message: tuple[Any, ...]
+    if kind == "done":
+        _crash_point("committed")
+        message = ("done", seq, payload)
+    elif kind == "failed":
+        message = ("failed", seq, encode_error(payload))
+    else:
+        message = ("cancelled", seq)
+    with contextlib.suppress(OSError):
+        if _CRASH == "answering":
+            body = pickle.dumps(message)
+            sock.sendall(_LEN.pack(len(body)) + body[: len(body) // 2])
+            _crash_point("answering")
+        _send(sock, message)
+
+
+# -- a client's side -------------------------------------------------------------------
+
+
+class Unsure(Exception):
+    """The batch was sent and no answer came: the combiner went away."""
+
+
+class Shipper:
+    """One client of the combiner: ships batches of plain statements as
+    ``(client, seq)`` requests, one at a time (its group commit has one
+    leader at a time)."""
+
+    LOOK = 0.5  # the standing receive timeout: how often a long wait looks at its deadline
+
+    def __init__(self) -> None:
+        self.client = secrets.randbits(62) + 1
+        self.seq = 0
+        self._sock: socket.socket | None = None
+        self._reader: _Reader | None = None
+        self._wait = -1.0  # the socket's receive timeout, as last set
+        self._nonce = 0
+        self.shipped = 0  # batches the combiner answered
+        self.at_home = 0  # batches resolved at home after the combiner went away
+
+    def connect(self, nonce: int) -> bool:
+        """Be connected to the combiner published as ``nonce``; False if it
+        cannot be reached."""
+        if self._sock is not None and self._nonce == nonce:
+            return True
+        self.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(address(nonce))
+        except OSError:
+            sock.close()
+            return False
+        self._sock, self._reader, self._nonce = sock, _Reader(sock), nonce
+        self._wait = -1.0
+        return True
+
+    def ship(self, statements: list[Statement], deadline: float | None) -> list[Outcome]:
+        """Send a batch and wait for its outcomes. ``WriteTimeout`` if the
+        deadline passed while it still waited at the combiner (withdrawn:
+        nothing of it ran); :class:`Unsure` (with the request's seq) if the
+        combiner went away after it was sent."""
+        sock, reader = self._sock, self._reader
+        assert sock is not None
+        assert reader is not None
+        self.seq += 1
+        seq = self.seq
+        try:
+            _send(sock, ("run", self.client, seq, statements))
+        except OSError as exc:
+            self.close()
+            raise Unsure(seq) from exc
+        cancelled = False
+        while True:
+            try:
+                left = None if deadline is None or cancelled else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise BlockingIOError  # (already late: withdraw it)
+                # The kernel times the wait: a standing LOOK seconds (set once),
+                # or what is left of the deadline when that is shorter.
+                wait = self.LOOK if left is None or left > self.LOOK else left
+                if wait != self._wait:
+                    _receive_timeout(sock, wait)
+                    self._wait = wait
+                answer = reader.next()
+            except BlockingIOError:  # the receive timed out
+                if not cancelled and (deadline is None or time.monotonic() < deadline):
+                    continue  # a standing look ran out, not the deadline
+                cancelled = True
+                try:
+                    _send(sock, ("cancel", self.client, seq))
+                except OSError as exc:
+                    self.close()
+                    raise Unsure(seq) from exc
+                continue
+            except (OSError, ConnectionError, EOFError, pickle.UnpicklingError) as exc:
+                self.close()
+                raise Unsure(seq) from exc
+            if answer[1] != seq:
+                continue  # (a late answer to an earlier, cancelled request)
+            kind = answer[0]
+            if kind == "done":
+                self.shipped += 1
+                outcomes: list[Outcome] = answer[2]
+                return outcomes
+            if kind == "cancelled":
+                raise WriteTimeout("withdrawn")
+            raise decode_error(answer[2])
+
+    def close(self) -> None:
+        sock, self._sock, self._reader = self._sock, None, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class Ship:
+    """A client process's hook in its group commit (``GroupCommit.ship``):
+    a batch of plain statements goes to the combiner of another process; a
+    batch that cannot (a ``transact`` function, parameters that are not plain
+    values) or finds no combiner runs here, through the gate. If no process
+    combines, this one takes the role."""
+
+    def __init__(self, gate: FileGate) -> None:
+        self.gate = gate
+        self.shipper = Shipper()
+
+    def __call__(
+        self,
+        batch: list[Request],
+        deadline: float | None,
+        in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
+    ) -> bool:
+        if not all(r.fn is None and _plain(r.params, r.many) for r in batch):
+            return False
+        statements = [(r.sql, list(r.params) if r.many else r.params, r.many) for r in batch]
+        combiner = self.gate.combiner
+        if combiner is not None:  # this process combines: its thread, through memory
+            try:
+                outcomes = combiner.submit_local(statements, deadline)
+            except Closed:
+                return False  # it stopped meanwhile: run here
+            _settle(batch, outcomes)
+            return True
+        nonce = self.gate.combiner_nonce()
+        if nonce is None or not self.shipper.connect(nonce):
+            self.gate.try_combine()  # nobody combines (any more): this process will
+            return False
+        try:
+            outcomes = self.shipper.ship(statements, deadline)
+        except Unsure as unsure:
+            # The combiner went away after the batch was sent: settle it here,
+            # once (the record says whether it committed there).
+            self.gate.try_combine()
+            settle = partial(
+                apply,
+                client=self.shipper.client,
+                seq=unsure.args[0],
+                statements=statements,
+                refusal=refusal,
+            )
+            outcomes = in_turn(settle, None)
+            self.shipper.at_home += 1
+        _settle(batch, outcomes)
+        return True
+
+    def close(self) -> None:
+        self.shipper.close()
+
+
+def _settle(batch: list[Request], outcomes: list[Outcome]) -> None:
+    for r, outcome in zip(batch, outcomes, strict=True):
+        if outcome[0] == "ok":
+            r.result = (outcome[1], outcome[2], outcome[3])
+        else:
+            r.error = decode_error(outcome[1])
+
+
+def _plain(params: Any, many: bool) -> bool:
+    """Parameters that mean the same in another process: plain values in a
+    tuple, list or dict (not objects that this process's sqlite3 adapters
+    would turn into values)."""
+    rows = params if many else (params,)
+    if many and not isinstance(params, (list, tuple)):
+        return False  # (a generator: shipping would consume it)
+    for row in rows:
+        values = row.values() if isinstance(row, dict) else row
+        if not isinstance(values, (tuple, list, type({}.values()))):
+            return False
+        for v in values:
+            if not isinstance(v, _PLAIN):
+                return False
+    return True

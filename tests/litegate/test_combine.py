@@ -1,0 +1,184 @@
+"""Combined writes across processes (connect(combine=True)): one process, the
+combiner, commits every process's single-statement writes in its own
+transactions; each caller gets its own outcome; a batch is applied exactly
+once, whatever step the combiner dies at."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+import pytest
+
+import litegate
+
+CRASH_STEPS = ["received", "mid_batch", "committed", "answering"]
+
+
+def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any) -> None:
+    """A process that opens the file first, so it combines, and serves until
+    told to stop (``hold``: it holds the write gate until ``hold`` clears)."""
+    db = litegate.connect(path, combine=True, timeout=30)
+    db.execute("INSERT INTO t(v) VALUES ('combiner')")  # its own writes go in too
+    ready.put(db.stats()["writes"]["combined"]["this_process_combines"])
+    while not stop.wait(0.01):
+        if hold.is_set():
+            with db.write():
+                ready.put("holding")
+                while hold.is_set():
+                    stop.wait(0.01)
+    out.put(db.stats()["writes"]["combined"])
+    db.close()
+
+
+@contextmanager
+def combiner(path: str, method: str = "spawn", crash: str = "") -> Iterator[dict[str, Any]]:
+    ctx = mp.get_context(method)
+    ready, out = ctx.Queue(), ctx.Queue()
+    stop, hold = ctx.Event(), ctx.Event()
+    env = os.environ.copy()
+    if crash:
+        os.environ["LITEGATE_COMBINER_CRASH"] = crash
+    try:
+        proc = ctx.Process(target=_combiner, args=(path, ready, stop, hold, out), daemon=True)
+        proc.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    assert ready.get(timeout=60) is True
+    handle: dict[str, Any] = {"proc": proc, "hold": hold, "ready": ready}
+    try:
+        yield handle
+    finally:
+        # (a process SIGKILLed while it waited on ``stop`` leaves the Event's
+        # lock taken for good: a dead combiner's Event is not touched again)
+        if proc.is_alive():
+            stop.set()
+            handle["stats"] = out.get(timeout=30)
+        proc.join(30)
+
+
+@pytest.fixture
+def path(db_path: str) -> str:
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT UNIQUE)")
+    return db_path
+
+
+def rows(path: str) -> list[tuple[int, str]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return [(int(i), str(v)) for i, v in conn.execute("SELECT id, v FROM t ORDER BY id")]
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_writes_of_another_process_commit_in_the_combiners_transactions(
+    path: str, method: str
+) -> None:
+    """Eight threads of this process write through the combiner (another
+    process): every call returns its own row's id (RETURNING rows too), a
+    statement that fails raises to its caller only, and the others of its
+    batch commit."""
+    with combiner(path, method) as c:
+        db = litegate.connect(path, combine=True, timeout=30)
+        got: dict[str, Any] = {}
+        errors: list[BaseException] = []
+
+        def writer(k: int) -> None:
+            for i in range(40):
+                v = f"w{k}-{i}"
+                try:
+                    if i % 10 == 9:  # a duplicate: fails alone
+                        db.execute("INSERT INTO t(v) VALUES (?)", (f"w{k}-{i - 1}",))
+                    elif i % 2:
+                        got[v] = db.execute("INSERT INTO t(v) VALUES (?) RETURNING id", (v,)).rows
+                    else:
+                        got[v] = db.execute("INSERT INTO t(v) VALUES (?)", (v,)).lastrowid
+                except sqlite3.IntegrityError as exc:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        db.executemany("INSERT INTO t(v) VALUES (?)", [("many-1",), ("many-2",)])
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert len(errors) == 8 * 4
+    assert all("UNIQUE" in str(e) for e in errors)
+    ids = {v: i for i, v in rows(path)}
+    assert len(ids) == 1 + 8 * 36 + 2
+    for v, answer in got.items():
+        assert answer == ([(ids[v],)] if isinstance(answer, list) else ids[v]), v
+    assert stats["this_process_combines"] is False
+    assert stats["shipped_batches"] > 0
+    assert stats["settled_at_home"] == 0
+    # every batch went through the combiner's turns: ours, and its own one write
+    assert c["stats"]["served_batches"] == stats["shipped_batches"] + 1
+    assert c["stats"]["served_statements"] == 8 * 40 + 1 + 1  # (an executemany is one)
+    assert c["stats"]["turns"] <= c["stats"]["served_batches"]
+
+
+@pytest.mark.parametrize("step", CRASH_STEPS)
+def test_a_combiner_killed_at_any_step_applies_each_write_exactly_once(
+    path: str, step: str
+) -> None:
+    """The combiner SIGKILLs itself at one step of the protocol (request
+    received; statements run, not committed; committed, not answered; half
+    answered). The client settles its batch at home through the gate, once:
+    the record says whether it committed. Every write is in the file
+    exactly once and every call got its own row's id; the client then
+    combines (it took the role)."""
+    with combiner(path, crash=step) as c:
+        db = litegate.connect(path, combine=True, timeout=30)
+        answers = {f"x{i}": db.execute("INSERT INTO t(v) VALUES (?)", (f"x{i}",)).lastrowid
+                   for i in range(20)}  # fmt: skip
+        c["proc"].join(30)
+        assert c["proc"].exitcode == -signal.SIGKILL
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    found = rows(path)
+    values = [v for _, v in found]
+    assert sorted(values) == sorted(["combiner", *answers])  # each exactly once
+    assert {v: i for i, v in found if v != "combiner"} == answers
+    assert stats["settled_at_home"] >= 1  # (2: it reached the dying combiner twice)
+    assert stats["this_process_combines"] is True
+    with closing(sqlite3.connect(path)) as conn:
+        recorded = conn.execute("SELECT count(*) FROM litegate_combined").fetchone()[0]
+    assert recorded >= 1
+
+
+def test_a_write_that_times_out_at_the_combiner_is_withdrawn(path: str) -> None:
+    """The combiner holds the gate (a db.write() of its own); a client's
+    write times out while it waits there: WriteTimeout, and it never runs."""
+    with combiner(path) as c:
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('before')")
+        c["hold"].set()
+        assert c["ready"].get(timeout=30) == "holding"
+        with pytest.raises(litegate.WriteTimeout):
+            db.execute("INSERT INTO t(v) VALUES ('late')", timeout=0.2)
+        c["hold"].clear()
+        db.execute("INSERT INTO t(v) VALUES ('after')")
+        db.close()
+    assert [v for _, v in rows(path)] == ["combiner", "before", "after"]
+
+
+def test_when_the_combiner_closes_another_process_takes_over(path: str) -> None:
+    with combiner(path, "fork"):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('shipped')")
+        assert db.stats()["writes"]["combined"]["this_process_combines"] is False
+    db.execute("INSERT INTO t(v) VALUES ('here')")  # the combiner closed: this one takes over
+    stats = db.stats()["writes"]["combined"]
+    assert stats["this_process_combines"] is True
+    assert stats["combiner_pid"] == os.getpid()
+    db.close()
+    assert [v for _, v in rows(path)] == ["combiner", "shipped", "here"]
