@@ -39,7 +39,7 @@ def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any) -> None:
 
 @contextmanager
 def combiner(path: str, method: str = "spawn", crash: str = "") -> Iterator[dict[str, Any]]:
-    ctx = mp.get_context(method)
+    ctx: Any = mp.get_context(method)
     ready, out = ctx.Queue(), ctx.Queue()
     stop, hold = ctx.Event(), ctx.Event()
     env = os.environ.copy()
