@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import math
 import os
 import pickle
@@ -60,7 +61,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._batch import GroupCommit, Request, refusal
 from ._errors import Closed, Error, WriteTimeout
@@ -93,7 +94,35 @@ def _crash_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-Statement = tuple[str, Any, bool]  # (sql, params, many)
+# A statement, (sql, params, many), or a call of a function registered with
+# :func:`shippable`, (its name, its keyword arguments, None).
+Statement = tuple[str, Any, "bool | None"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Functions of the write connection that may run in another process by name
+# (litegate.queue's store functions): only these, and only with plain data
+# as arguments, travel.
+_SHIPPABLE: dict[str, Callable[..., Any]] = {}
+
+
+def shippable(fn: F) -> F:
+    """Let ``fn(conn, **kwargs)`` run in the combiner's transaction when a
+    ``db.transact(partial(fn, **kwargs))`` of another process ships."""
+    _SHIPPABLE[f"{fn.__module__}.{fn.__qualname__}"] = fn
+    return fn
+
+
+def _call_of(fn: Callable[..., Any]) -> Statement | None:
+    """A transact() function as a shippable call, or None."""
+    if not (isinstance(fn, partial) and not fn.args):
+        return None
+    name = f"{getattr(fn.func, '__module__', '')}.{getattr(fn.func, '__qualname__', '')}"
+    if _SHIPPABLE.get(name) is not fn.func or not _data(fn.keywords):
+        return None
+    return (name, dict(fn.keywords), None)
+
+
 # What a statement did: ("ok", rowcount, lastrowid, rows) or ("error", the error).
 Outcome = tuple[Any, ...]
 
@@ -173,8 +202,11 @@ def _run(conn: WriterConnection, w: Work,
     part of its changes needs its batch undone alone (:class:`_Isolate`);
     an executemany, or a statement among several, gets a SAVEPOINT."""
     outcomes: list[Outcome] = []
-    single = len(w.statements) == 1 and not w.statements[0][2]
+    single = len(w.statements) == 1 and w.statements[0][2] is False
     for sql, params, many in w.statements:
+        if many is None:
+            outcomes.append(_call(conn, sql, params))
+            continue
         refused = refusal(sql)
         if refused is not None:
             outcomes.append(("error", encode_error(refused)))
@@ -209,6 +241,30 @@ def _run(conn: WriterConnection, w: Work,
     return outcomes
 
 
+def _call(conn: WriterConnection, name: str, kwargs: dict[str, Any]) -> Outcome:
+    """A shipped call, in its own SAVEPOINT: its value, or its error (its
+    changes undone)."""
+    fn = _SHIPPABLE.get(name)
+    module = name.rpartition(".")[0]
+    if fn is None and module.startswith("litegate."):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)  # registers its functions
+        fn = _SHIPPABLE.get(name)
+    if fn is None:
+        return ("error", encode_error(Error(f"{name} cannot run in the combiner")))
+    conn.control(SAVEPOINT)
+    try:
+        value = fn(conn, **kwargs)
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise
+        conn.control(ROLLBACK_TO)
+        conn.control(RELEASE)
+        return ("error", encode_error(conn.guard.typed(exc)))
+    conn.control(RELEASE)
+    return ("value", value)
+
+
 def apply(
     conn: WriterConnection,
     client: int,
@@ -227,7 +283,7 @@ def apply(
             raise
         row = None
     if row is not None and row[0] == seq:
-        recorded: list[Outcome] = pickle.loads(row[1])
+        recorded: list[Outcome] = _loads(row[1])
         return recorded
     w = Work(client, seq, statements, _no_answer)
     try:
@@ -278,6 +334,20 @@ def decode_error(data: tuple[Any, ...]) -> BaseException:
 # -- the wire: length-prefixed pickles over a Unix socket ---------------------------
 
 
+class _DataOnly(pickle.Unpickler):
+    """What travels between processes (and sits in the record) is data:
+    tuples, lists, dicts, strings, numbers, bytes, None. An unpickler that
+    refuses every class and function: a message can never run code here,
+    whoever sent it."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"litegate's combiner carries data, not {module}.{name}")
+
+
+def _loads(data: bytes) -> Any:
+    return _DataOnly(io.BytesIO(data)).load()
+
+
 def _send(sock: socket.socket, message: Any) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(_LEN.pack(len(body)) + body)
@@ -304,7 +374,7 @@ class _Reader:
                     raise ConnectionError("a message larger than litegate sends")
                 end = _LEN.size + n
                 if len(buf) >= end:
-                    message = pickle.loads(bytes(buf[_LEN.size : end]))
+                    message = _loads(bytes(buf[_LEN.size : end]))
                     del buf[:end]
                     return message
             part = self.sock.recv(max(65536, (_LEN.unpack_from(buf)[0] + 4 - len(buf))
@@ -490,6 +560,9 @@ class Combiner:
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             sock, _ = self._listener.accept()
+            if not _trusted(sock):
+                sock.close()  # (that client settles at home, through the gate)
+                return
             sock.setblocking(True)
             self._selector.register(sock, selectors.EVENT_READ, _Reader(sock))
 
@@ -546,6 +619,18 @@ class Combiner:
         self._listener.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def _trusted(sock: socket.socket) -> bool:
+    """Serve only processes of this user (or root): an abstract socket has no
+    file permissions, and a batch runs with this process's rights."""
+    try:
+        _pid, uid, _gid = struct.unpack(
+            "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
+    except OSError:
+        return False
+    return uid in (os.getuid(), 0)
 
 
 def _open(sock: socket.socket) -> bool:
@@ -694,9 +779,17 @@ class Ship:
         deadline: float | None,
         in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
     ) -> bool:
-        if not all(r.fn is None and _plain(r.params, r.many) for r in batch):
-            return False
-        statements = [(r.sql, list(r.params) if r.many else r.params, r.many) for r in batch]
+        statements: list[Statement] = []
+        for r in batch:
+            if r.fn is not None:
+                call = _call_of(r.fn)
+                if call is None:
+                    return False  # Python that cannot travel: the batch runs here
+                statements.append(call)
+            elif _plain(r.params, r.many):
+                statements.append((r.sql, list(r.params) if r.many else r.params, r.many))
+            else:
+                return False
         combiner = self.gate.combiner
         if combiner is not None:  # this process combines: its thread, through memory
             try:
@@ -735,8 +828,24 @@ def _settle(batch: list[Request], outcomes: list[Outcome]) -> None:
     for r, outcome in zip(batch, outcomes, strict=True):
         if outcome[0] == "ok":
             r.result = (outcome[1], outcome[2], outcome[3])
+        elif outcome[0] == "value":
+            r.value = outcome[1]
+            r.result = (0, None, [])
         else:
             r.error = decode_error(outcome[1])
+
+
+def _data(value: Any, depth: int = 0) -> bool:
+    """Plain data all the way down (what the combiner's unpickler takes)."""
+    if isinstance(value, _PLAIN):
+        return True
+    if depth > 8:
+        return False
+    if isinstance(value, (tuple, list)):
+        return all(_data(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _data(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _plain(params: Any, many: bool) -> bool:

@@ -182,3 +182,59 @@ def test_when_the_combiner_closes_another_process_takes_over(path: str) -> None:
     assert stats["combiner_pid"] == os.getpid()
     db.close()
     assert [v for _, v in rows(path)] == ["combiner", "shipped", "here"]
+
+
+def test_queue_operations_ship_by_name(path: str) -> None:
+    """litegate.queue's store functions run in the combiner by name (with
+    plain data as arguments): a queue of this process puts, claims and acks
+    through the other process's transactions, its typed errors intact."""
+    from litegate.queue import DuplicateJob, Queue
+
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        q = Queue(db, "mail")
+        ids = q.put_many([{"n": i} for i in range(5)])
+        q.put("keyed", key="k")
+        with pytest.raises(DuplicateJob) as info:
+            q.put("again", key="k")
+        jobs = q.claim(n=3)
+        assert [j.id for j in jobs] == ids[:3]
+        q.ack_many(jobs)
+        assert q.counts() == {"ready": 3, "scheduled": 0, "leased": 0, "done": 3, "dead": 0}
+        stats = db.stats()["writes"]["combined"]
+        q.close()
+        db.close()
+    assert info.value.existing_id == ids[-1] + 1
+    assert stats["this_process_combines"] is False
+    assert stats["shipped_batches"] >= 5  # (the schema, puts, the claim, the ack)
+
+
+def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
+    """What travels is data: a message whose pickle would call a function
+    (here, os.mkdir) is refused unopened and its connection dropped; the
+    combiner goes on serving."""
+    import pickle
+    import socket
+    import struct
+
+    from litegate import _combine
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.mkdir, (str(tmp_path / "owned"),))
+
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        nonce = db._process_state().filegate.combiner_nonce()
+        assert nonce is not None
+        evil = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        evil.connect(_combine.address(nonce))
+        body = pickle.dumps(("run", 1, 1, [("INSERT INTO t(v) VALUES (?)", (Evil(),), False)]))
+        evil.sendall(struct.pack("!I", len(body)) + body)
+        assert evil.recv(10) == b""  # dropped
+        evil.close()
+        db.execute("INSERT INTO t(v) VALUES ('after')")
+        db.close()
+    assert not (tmp_path / "owned").exists()
+    assert [v for _, v in rows(path)] == ["combiner", "first", "after"]

@@ -51,6 +51,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._combine import shippable
 from .._errors import ConfigError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken, Owned, failed_mark, released_mark
 
@@ -161,6 +162,7 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
+@shippable
 def create_schema(conn: sqlite3.Connection) -> int:
     """Create or migrate the tables (inside the caller's write transaction,
     so no other writer sees them half done); return the schema version
@@ -197,6 +199,7 @@ def create_schema(conn: sqlite3.Connection) -> int:
     return SCHEMA_VERSION
 
 
+@shippable
 def recount(conn: sqlite3.Connection) -> None:
     """Count every job again (all queues): after SQL that changed the
     queue's tables by hand. Reads each table once."""
@@ -288,6 +291,7 @@ _INSERT = (
 Row = tuple[str, int, float, str, int, "str | None", float]
 
 
+@shippable
 def insert_one(conn: sqlite3.Connection, row: Row) -> int:
     try:
         cur = conn.execute(_INSERT, row)
@@ -309,6 +313,7 @@ def insert_one(conn: sqlite3.Connection, row: Row) -> int:
     return jid
 
 
+@shippable
 def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
     """Insert ``rows`` (no keys, one queue) and return their ids, in order.
 
@@ -363,6 +368,7 @@ SELECT id, payload, attempts + 1, priority, run_at, max_attempts
 """
 
 
+@shippable
 def claim(
     conn: sqlite3.Connection, queue: str, n: int, lease: float, token: int
 ) -> tuple[list[Any], float]:
@@ -551,6 +557,7 @@ def _held(
     return found
 
 
+@shippable
 def ack(conn: sqlite3.Connection, now: float, owned: Sequence[Owned], queue: str) -> list[int]:
     """Mark done the jobs still held under these (id, token, lease_until)
     (each once: the caller dedupes); return the ids that were not (the lost
@@ -578,6 +585,7 @@ _DONE_ONE = (
 )
 
 
+@shippable
 def extend(
     conn: sqlite3.Connection, owned: Sequence[Owned], lease: float, queue: str
 ) -> tuple[list[int], float]:
@@ -595,6 +603,7 @@ def extend(
     return [o[0] for o in owned if o[0] not in held], until
 
 
+@shippable
 def fail(
     conn: sqlite3.Connection,
     jid: int,
@@ -637,6 +646,7 @@ def fail(
     return state
 
 
+@shippable
 def release(conn: sqlite3.Connection, owned: Sequence[Owned], queue: str) -> list[int]:
     """Give jobs back unstarted (the attempt is not counted); they keep their
     place in the queue, and ``released_mark(token)``. Returns the ids that
@@ -658,6 +668,7 @@ def release(conn: sqlite3.Connection, owned: Sequence[Owned], queue: str) -> lis
     return [o[0] for o in owned if o[0] not in held]
 
 
+@shippable
 def bury(
     conn: sqlite3.Connection, owned: Sequence[Owned], errors: dict[int, str], queue: str
 ) -> int:
@@ -680,6 +691,7 @@ def bury(
     return len(held)
 
 
+@shippable
 def retry_dead(
     conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: float
 ) -> tuple[int, list[tuple[int, int | None]]]:
@@ -734,6 +746,7 @@ def _state_of(conn: sqlite3.Connection, queue: str, jid: int) -> int:
 PURGE_SCAN = 20_000
 
 
+@shippable
 def purge(
     conn: sqlite3.Connection, queue: str, state: int, before: float, limit: int, after: int
 ) -> tuple[int, int | None]:
