@@ -11,7 +11,14 @@ database in WAL mode with ``synchronous=NORMAL``:
   kernel's wake-up order, and the releaser may take it straight back);
 - ``strict``: litegate ``fair="strict"``, a FIFO hand-off per transaction;
 - ``bounded``: litegate ``fair=True``, the default;
-- ``unfair``: litegate ``fair=False``, unbounded barging.
+- ``unfair``: litegate ``fair=False``, unbounded barging;
+- ``execute``: litegate's default, each write one ``db.execute()`` (group
+  commit within a process, turns at the gate across processes);
+- ``combined``: the same ``db.execute()`` with ``connect(combine=True)``:
+  one process commits every process's writes in its own transactions.
+
+``synchronous`` is NORMAL unless the caller asks for another (FULL: every
+commit an fsync, where combining pays most).
 
 Per side: committed writes per second, Jain's fairness index over the
 processes' counts (1.0: equal shares) and their relative standard deviation,
@@ -33,8 +40,14 @@ from typing import Any
 from ._procs import reap
 from ._stats import describe, jain, rsd
 
-SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair")
-_FAIR: dict[str, bool | str] = {"strict": "strict", "bounded": True, "unfair": False}
+SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair", "execute", "combined")
+_FAIR: dict[str, bool | str] = {
+    "strict": "strict",
+    "bounded": True,
+    "unfair": False,
+    "execute": True,
+    "combined": True,
+}
 
 
 class _OfdLock:
@@ -91,23 +104,39 @@ def _is_litegate(side: str) -> bool:
     return side in _FAIR or side.startswith("bounded:")
 
 
-def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None:
+def _child(
+    side: str, path: str, barrier: Any, seconds: float, out: Any, sync: str = "NORMAL"
+) -> None:
     clock = time.monotonic  # CLOCK_MONOTONIC: shared by the processes
     lat: list[int] = []
     n = 0
     if _is_litegate(side):
         import litegate
 
-        db = litegate.connect(path, readers=1, timeout=60, fair=_fair_of(side))
+        db = litegate.connect(
+            path,
+            readers=1,
+            timeout=60,
+            fair=_fair_of(side),
+            pragmas={"synchronous": sync},
+            combine=side == "combined",
+        )
 
-        def one() -> None:
-            with db.write() as conn:
-                conn.execute("INSERT INTO w(v) VALUES ('x')")
+        if side in ("execute", "combined"):
+
+            def one() -> None:
+                db.execute("INSERT INTO w(v) VALUES ('x')")
+
+        else:
+
+            def one() -> None:
+                with db.write() as conn:
+                    conn.execute("INSERT INTO w(v) VALUES ('x')")
 
         close: Any = db.close
     else:
         conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA synchronous = {sync}")
         lock = _OfdLock(path)
 
         def tx() -> None:
@@ -144,7 +173,9 @@ def _child(side: str, path: str, barrier: Any, seconds: float, out: Any) -> None
     out.put((os.getpid(), n, lat))
 
 
-def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> dict[str, Any]:
+def run_side(
+    side: str, procs: int, seconds: float, grant_log: bool = False, sync: str = "NORMAL"
+) -> dict[str, Any]:
     """One side, P processes, ``seconds`` of writes on a fresh database.
     ``grant_log``: a litegate side logs every grant, and the result gets the
     bounds checked on that log (``_grantlog.check``) under ``"grant_log"``;
@@ -165,7 +196,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
         out = ctx.Queue()
         barrier = ctx.Barrier(procs)
         ps = [
-            ctx.Process(target=_child, args=(side, path, barrier, seconds, out))
+            ctx.Process(target=_child, args=(side, path, barrier, seconds, out, sync))
             for _ in range(procs)
         ]
         folder = os.path.join(d, "grants")
@@ -184,6 +215,7 @@ def run_side(side: str, procs: int, seconds: float, grant_log: bool = False) -> 
     figures = describe(lat) if lat else {"p50": 0.0, "p99": 0.0, "max": 0.0}
     result: dict[str, Any] = {
         "side": side,
+        "synchronous": sync,
         "processes": procs,
         "seconds": seconds,
         "writes": sum(counts),

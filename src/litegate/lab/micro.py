@@ -127,6 +127,7 @@ class Config:
     procs: tuple[int, ...] = (2, 4, 8)  # the processes part: how many writers
     proc_seconds: float = 3.0  # ... writing for this long, each side
     proc_sides: tuple[str, ...] = _writers.SIDES
+    proc_sync: str = "NORMAL"  # the processes part's synchronous setting
     asker_trials: int = 15  # the processes part: one process asking past two writers
     grant_log: bool = False  # the processes part: log every grant, check the bounds on it
     noise_k: float = 2.0
@@ -771,7 +772,7 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
                 for side in cfg.proc_sides:  # interleaved per run: drift hits every side
                     progress.describe(f"run {run_no}/{cfg.runs}: {procs} processes writing, {side}")
                     one["processes"][f"{procs}/{side}"] = _writers.run_side(
-                        side, procs, cfg.proc_seconds, grant_log=cfg.grant_log
+                        side, procs, cfg.proc_seconds, grant_log=cfg.grant_log, sync=cfg.proc_sync
                     )
                     progress.advance()
             one["asker"] = {}
@@ -1008,7 +1009,10 @@ def render(result: dict[str, Any]) -> str:
         )
     if "processes" in summary:
         parts.append("")
-        parts.append(_render_processes(summary["processes"], what, runs, summary.get("asker")))
+        sync = str(result.get("config", {}).get("proc_sync", "NORMAL"))
+        parts.append(
+            _render_processes(summary["processes"], what, runs, summary.get("asker"), sync)
+        )
         if "grant_log" in summary:
             parts.append(_render_grant_logs(summary["grant_log"]))
     if "profile" in result:
@@ -1030,8 +1034,19 @@ def _thread_shares(s: dict[str, Any], figure: str) -> str:
     return f"{fmt_pct(lg['median'])} / {fmt_pct(base['median'])}"
 
 
+# Combined writes across processes, against plain sqlite3 in the same run.
+COMBINED_TARGETS: dict[str, dict[int, float]] = {
+    "NORMAL": {2: 0.8, 4: 0.8, 8: 1.0},
+    "FULL": {4: 1.5, 8: 2.5},
+}
+
+
 def _render_processes(
-    cells: dict[str, Any], what: str, runs: int, asker: dict[str, Any] | None = None
+    cells: dict[str, Any],
+    what: str,
+    runs: int,
+    asker: dict[str, Any] | None = None,
+    sync: str = "NORMAL",
 ) -> str:
     cols = [
         Column("P"),
@@ -1048,7 +1063,8 @@ def _render_processes(
     if runs > 1:
         cols.append(Column("CV w/s"))
     groups = []
-    verdicts = []
+    verdicts: list[str] = []
+    combined: list[str] = []
     for procs in sorted({int(c.split("/")[0]) for c in cells}):
         rows = []
         base = cells.get(f"{procs}/sqlite3", {}).get("per_s", {}).get("median", 0.0)
@@ -1074,6 +1090,15 @@ def _render_processes(
             if runs > 1:
                 row.append(fmt_pct(s["per_s"]["cv"]))
             rows.append(row)
+            if side == "combined" and procs >= 2:
+                want = COMBINED_TARGETS[sync].get(procs)
+                if want is not None:
+                    ok = (
+                        ratio >= want
+                        and s["jain"]["median"] >= 0.98
+                        and s["max_us"]["median"] <= 25_000
+                    )
+                    combined.append(f"P={procs}: {ratio:.2f}x {'met' if ok else 'MISSED'}")
             if side == "bounded" and procs >= 2:  # (the target is for processes taking turns)
                 ok = (
                     ratio >= 0.9
@@ -1084,13 +1109,19 @@ def _render_processes(
                 verdicts.append(f"P={procs}: {'met' if ok else 'MISSED'}")
         groups.append(rows)
     head = (
-        f"-- P single-threaded processes, one-row write transactions ({what}); HAND-OFFS: "
-        "share of cross-process grants forced by a head's spent budget"
+        f"-- P single-threaded processes, one-row write transactions, synchronous={sync} "
+        f"({what}); HAND-OFFS: share of cross-process grants forced by a head's spent budget"
     )
     foot = (
         "targets for bounded (P >= 2): >= 0.9x sqlite3, Jain >= 0.98, p99 <= 5 ms, "
         "max <= 25 ms: " + (", ".join(verdicts) or "no bounded run with P >= 2")
     )
+    if combined:
+        wants = ", ".join(f"P={p} >= {x}x" for p, x in COMBINED_TARGETS[sync].items())
+        foot += (
+            f"\ntargets for combined ({sync}: {wants}; Jain >= 0.98, max <= 25 ms): "
+            + ", ".join(combined)
+        )
     lines = [head, seed_table(cols, groups), foot]
     if asker:
         lines.append(
@@ -1192,6 +1223,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "comparable with a run without it",
     )
     g.add_argument(
+        "--proc-sync",
+        default=None,
+        choices=("NORMAL", "FULL"),
+        help="the processes part's synchronous setting (default NORMAL; FULL: every commit an "
+        "fsync, where combining writes across processes pays most)",
+    )
+    g.add_argument(
         "--procs",
         default=None,
         metavar="LIST",
@@ -1216,6 +1254,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if args.tail_inserts < 100:
             raise ValueError("--tail-inserts must be at least 100")
         cfg.tail_inserts = args.tail_inserts
+    if getattr(args, "proc_sync", None):
+        cfg.proc_sync = args.proc_sync
     if getattr(args, "proc_sides", None):
         sides = tuple(x.strip() for x in args.proc_sides.split(",") if x.strip())
         for side in sides:
