@@ -9,7 +9,9 @@ holding the gate a moment, some with timeouts short enough to give up in the
 line; ``db.execute``'s group commit; ``db.transact``; now and then
 ``db.checkpoint`` with the whole gate), plus reads; every other worker also
 writes from 16 asyncio tasks on a second Database of the same file
-(``litegate.aio``, cancelling some writes while they wait). Each worker
+(``litegate.aio``, cancelling some writes while they wait); one worker in
+three combines its writes with the others' (``connect(combine=True)``),
+so the combiner dies too. Each worker
 appends the id of every write that returned to a file of its own: those are
 acknowledged. Meanwhile the parent SIGKILLs a worker every 50-300 ms
 (holding the gate, queued, woken, in the middle of a batch: wherever it is)
@@ -23,7 +25,8 @@ What it asserts, at the end or as soon as it sees it:
   ``stall_s`` seconds (else the queue table, the kernel's locks on the lock
   file and every worker's threads are dumped);
 - every worker stops within a minute once told to (no hang);
-- no acknowledged write is missing from the database;
+- no acknowledged write is missing from the database, and no write is in
+  it twice (a combined batch settled by a client whose combiner died);
 - the grant log's bounds (``_grantlog.check``): never two holders at once,
   sleepers granted in ticket order, no head overtaken past its count budget,
   and, with slack for the stops, no head waiting past its time budget and no
@@ -86,7 +89,9 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
     (or the soak that started it is gone)."""
     fair = POLICIES[w % len(POLICIES)]
     limit = UNFAIR_TIMEOUT if fair is False else 60.0
-    db = litegate.connect(path, timeout=limit, fair=fair)
+    # One worker in three combines its writes with the others' (one of them
+    # the combiner, SIGKILLed like any worker, wherever it is).
+    db = litegate.connect(path, timeout=limit, fair=fair, combine=w % 3 == 0)
     fd = os.open(
         os.path.join(folder, f"acks-{w}-{inc}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
@@ -185,6 +190,7 @@ class SoakResult:
     committed: int = 0
     acknowledged: int = 0
     lost: int = 0
+    twice: int = 0  # writes applied more than once (combined writes must never be)
     check: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -193,7 +199,8 @@ class SoakResult:
         return (
             f"{self.seconds:.0f} s: {self.kills} SIGKILLs, {self.stops} SIGSTOPs, "
             f"{self.grants:,} grants logged, {self.committed:,} rows committed, "
-            f"{self.acknowledged:,} acknowledged, {self.lost} lost; grant log: "
+            f"{self.acknowledged:,} acknowledged, {self.lost} lost, {self.twice} twice; "
+            "grant log: "
             f"{c.get('overlaps', '-')} overlaps, {c.get('out_of_order', '-')} out of ticket "
             f"order, {c.get('over_overtakes', '-')} heads overtaken past their count, "
             f"{c.get('over_budget', '-')} past their time (+{SLACK_NS // 1_000_000} ms), "
@@ -326,6 +333,12 @@ def run(
                         p.join(10)
         with closing(sqlite3.connect(path)) as conn:
             committed = set(conn.execute("SELECT w, inc, seq FROM acks"))
+            (twice,) = conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM acks GROUP BY w, inc, seq HAVING count(*) > 1)"
+            ).fetchone()
+        result.twice = int(twice)
+        if twice:
+            result.problems.append(f"{twice} writes are in the database more than once")
         acknowledged: set[tuple[int, int, int]] = set()
         for name in glob.glob(os.path.join(folder, "acks-*.txt")):
             _, w_s, inc_s = os.path.basename(name)[: -len(".txt")].split("-")
