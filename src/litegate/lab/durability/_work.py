@@ -107,6 +107,9 @@ ACTORS: tuple[Actor, ...] = (
 )
 
 
+COMBINING = ("core2", "producer")  # connect(combine=True)
+
+
 def slots_of(actors: tuple[Actor, ...]) -> list[int]:
     """The first phase-table slot of each actor."""
     out, n = [], 0
@@ -194,7 +197,10 @@ def run_actor(spec: dict[str, Any]) -> None:
     if actor.kind == "django":
         bodies = _django_threads(spec, actor, ledger, prefix, stop_at)
     else:
-        db = litegate.connect(path, profile=profile, timeout=60, readers=2)
+        # core2 and the producer combine their writes across processes (one
+        # of them commits both's): what survives a power cut must not change.
+        combine = actor.name in COMBINING
+        db = litegate.connect(path, profile=profile, timeout=60, readers=2, combine=combine)
         q = Queue(db, QUEUE) if actor.kind in ("producer", "worker") else None
         for i, api in enumerate(actor.apis):
             unit = f"{prefix}.{api}{i}"
