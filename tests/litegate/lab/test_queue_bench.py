@@ -617,6 +617,13 @@ def test_frames_and_the_worker_side_in_a_run() -> None:
             workers = [d["worker"] for d in r["details"] if d.get("worker")]
             assert sorted(w[0]["acked"] for w in workers) == sorted(f["shares"])
             assert f["gate_grants"] > 0  # litegate's gate figures, as its other sides
+            # every job was put and settled in some commit: fewer than one
+            # each in batches, and the workers' share of them is a part
+            assert 0 < f["worker_commits_per_job"] < f["commits_per_job"]
+            if r["variant"] == "batched":
+                assert f["commits_per_job"] < 1
+        else:
+            assert "commits_per_job" not in f  # no litegate Database to count them
     text = bench.render(json.loads(json.dumps(result)))
     frames = text.split("### WAL frames per operation: 20 single-job puts")[1]
     assert "| bare " in frames
@@ -625,6 +632,7 @@ def test_frames_and_the_worker_side_in_a_run() -> None:
     assert "| litegate-worker (batches of 20; Worker concurrency 1, prefetch 19)" in e2e
     assert "| litegate-worker (2 threads/process; Worker concurrency 2, prefetch 0)" in e2e
     assert "litegate-worker: the litegate side's producers" in e2e
+    assert "| Commits/job all / workers |" in e2e
     assert "(end-to-end rows only)" in text
     names = [t["target"] for t in result["targets"]]
     assert "e2e batched (balanced): litegate-worker >= 0.9 x bare batched" in names

@@ -166,6 +166,18 @@ def _handoffs(e: dict[str, Any]) -> str:
     return fmt_pct(median_of(e, "handoff_share"))
 
 
+COMMITS = "Commits/job all / workers"
+COMMITS_TEXT = (
+    "Commits/job (litegate's sides): write transactions committed (a group commit is one) "
+    "per job, by all the processes / by the worker processes alone."
+)
+
+
+def _commits(e: dict[str, Any]) -> str:
+    both = median_of(e, "commits_per_job"), median_of(e, "worker_commits_per_job")
+    return "-" if None in both else " / ".join(f"{v:.3f}" for v in both if v is not None)
+
+
 def grant_log_lines(result: dict[str, Any], scenario: str, variant: str | None = None) -> list[str]:
     """A line per litegate cell of the scenario (``variant``: of that one
     only) whose grant log was checked (``--grant-log``), after its table;
@@ -428,7 +440,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
         "Worker share min/max",
         "Jain",
         "RSD",
-        *([HANDOFFS] if _gated(cfg) else []),
+        *([HANDOFFS, COMMITS] if _gated(cfg) else []),
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -466,7 +478,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
                     f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
                     _jain(e),
                     _rsd(e),
-                    *([_handoffs(e)] if _gated(cfg) else []),
+                    *([_handoffs(e), _commits(e)] if _gated(cfg) else []),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -585,9 +597,9 @@ PG_E2E_TEXT = (
 WORKER_E2E_TEXT = (
     " litegate-worker: the litegate side's producers; its worker processes run "
     "litegate.queue.Worker (defaults but concurrency and prefetch: lease 30 s, ack_delay "
-    "10 ms, ack_batch 100) as in production until the producers are done, then with "
-    "burst=True until the queue is empty. Its jobs count when the handler runs them (no "
-    "claim latency to time)."
+    "10 ms, ack_batch 100) as in production until the producers are done and counts() "
+    "shows nothing ready, scheduled or leased (looked at every 5 ms, a read), then stop(). "
+    "Its jobs count when the handler runs them (no claim latency to time)."
 )
 
 FRAMES_TEXT = (
@@ -717,7 +729,7 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "everything); RSD: their standard deviation over their mean."
             + (PG_E2E_TEXT if pg else "")
             + (WORKER_E2E_TEXT if set(E2E_ONLY_SIDES) & set(cfg.sides) else "")
-            + (f" {HANDOFFS_TEXT}" if _gated(cfg) else ""),
+            + (f" {HANDOFFS_TEXT} {COMMITS_TEXT}" if _gated(cfg) else ""),
             "",
             e2e_table(result, cfg),
             *grant_log_lines(result, "e2e"),

@@ -446,6 +446,13 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         f.update(_shares(shares))
         f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in workers))
         f["timed_out"] = any(o["timed_out"] for o in outs)
+        if done and all("committed" in o.get("details", {}) for o in outs):
+            # litegate's sides: write transactions committed (a group commit
+            # is one), per job, by every process and by the workers alone
+            f["commits_per_job"] = sum(int(o["details"]["committed"]) for o in outs) / done
+            f["worker_commits_per_job"] = (
+                sum(int(o["details"]["committed"]) for o in workers) / done
+            )
     elif cell.scenario == "frames":
         f.update(frame_figures(cell.side, outs))
         f["timed_out"] = any(o["timed_out"] for o in outs)
