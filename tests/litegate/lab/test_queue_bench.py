@@ -10,6 +10,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,20 @@ from litegate import _grantlog
 from litegate.__main__ import main
 from litegate.lab import _stats
 from litegate.lab import queue as bench
-from litegate.lab.queue import _config, _render, _run, _sides
+from litegate.lab.queue import _config, _frames, _render, _run, _sides
+from litegate.lab.queue._child import Role, Runner, Spec, _merge
 from litegate.lab.queue._config import Combined, Config
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
+SEED_SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
+"""The scenarios every side runs (frames and the end-to-end-only sides have
+tests of their own, below, that keep this module's fixture small)."""
+SEED_SIDES = tuple(s for s in _sides.SIDES if s not in _sides.E2E_ONLY_SIDES)
+
 TINY = Config(
+    scenarios=SEED_SCENARIOS,
+    sides=SEED_SIDES,
     profiles=("balanced",),
     long_profiles=("balanced",),
     e2e_profiles=("balanced",),
@@ -74,7 +83,7 @@ def test_every_cell_ran_cleanly_and_accounts_for_every_job(result: dict[str, Any
 
 def test_every_side_ran_every_scenario(result: dict[str, Any]) -> None:
     for scenario in ("single", "concurrent", "mixed", "stress", "long"):
-        assert {r["side"] for r in _cells(result, scenario)} == set(_sides.SIDES)
+        assert {r["side"] for r in _cells(result, scenario)} == set(SEED_SIDES)
 
 
 def test_fixed_amounts_of_work_are_done_exactly(result: dict[str, Any]) -> None:
@@ -329,13 +338,30 @@ def test_plan_sizes() -> None:
     assert len(by["long"]) == 6  # balanced only by default
     assert {c.seconds for c in by["long"]} == {60.0}
     batched = [c for c in by["e2e"] if c.variant == "batched"]
-    assert [c.side for c in batched if c.na is None] == ["bare", "litegate", "litegate-bounded"]
+    assert [c.side for c in batched if c.na is None] == [
+        "bare",
+        "litegate",
+        "litegate-worker",
+        "litegate-bounded",
+    ]
     one = [c for c in by["e2e"] if c.variant == "one-job"]
-    assert [c.side for c in one] == ["seed", "litegate", "litegate-bounded", "huey", "litequeue"]
-    seed, lg, bounded = one[0], one[1], one[2]
+    assert [c.side for c in one] == [
+        "seed",
+        "litegate",
+        "litegate-worker",
+        "litegate-bounded",
+        "huey",
+        "litequeue",
+    ]
+    seed, lg, worker, bounded = one[0], one[1], one[2], one[3]
     assert {r.threads for r in seed.roles} == {1}
     assert {r.threads for r in lg.roles} == {r.threads for r in bounded.roles} == {8}
+    assert worker.roles == lg.roles  # the same rows; its consumers are its own Worker
     assert sum(r.count for r in lg.roles if r.kind == "produce") == 40_000
+    # frames: one process per side that has single-job operations of its own
+    assert [c.side for c in by["frames"]] == [s for s in _sides.SIDES if s != "litegate-worker"]
+    assert {c.profile for c in by["frames"]} == {"balanced"}  # the e2e rows' profiles
+    assert {c.roles for c in by["frames"]} == {(Role("frames", 0, count=400, backlog=3_000),)}
     assert sum(1 for r in lg.roles if r.kind == "consume") == 4
 
 
@@ -365,6 +391,253 @@ def test_quick_plans_the_bounded_side_in_the_e2e_rows_only() -> None:
     assert bounded == [("e2e", "batched"), ("e2e", "one-job")]
     strict = {c.scenario for c in cells if c.side == "litegate"}
     assert strict == set(_config.SCENARIOS)
+
+
+def test_quick_plans_the_worker_side_in_the_e2e_rows_only() -> None:
+    for cfg in (Config(), _config.quick(Config()), Config(sides=("litegate-worker",))):
+        cells = _run.plan(cfg)
+        worker = [(c.scenario, c.variant) for c in cells if c.side == "litegate-worker"]
+        assert worker == [("e2e", "batched"), ("e2e", "one-job")], cfg
+    # frames: in --quick too, but for the bounded side (the end-to-end rows only
+    # there; its pages per operation are litegate's, whatever the gate's policy)
+    frames = [c.side for c in _run.plan(_config.quick(Config())) if c.scenario == "frames"]
+    assert frames == ["bare", "seed", "litegate", "huey", "litequeue"]
+
+
+# -- WAL frames per operation ---------------------------------------------------------
+
+
+def test_the_wal_header_counts_the_pages_each_transaction_writes(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert _frames.read_header(path) is None  # not in WAL mode: no -shm
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # restarts only where this test says
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a, b, c, d)")
+        for column in "abc":
+            conn.execute(f"CREATE INDEX t_{column} ON t ({column})")
+
+        def frames(sql: str) -> int:
+            before = _frames.read_header(path)
+            conn.execute(sql)
+            after = _frames.read_header(path)
+            assert before is not None
+            assert after is not None
+            return _frames.appended(before, after)
+
+        # a row in one small table and its three indexes: a page of each
+        assert [frames(f"INSERT INTO t (a, b, c) VALUES ({k}, {k}, {k})") for k in range(5)] == [
+            4
+        ] * 5
+        assert frames("UPDATE t SET a = -1 WHERE id = 1") == 2  # the row, one index
+        assert frames("UPDATE t SET d = 'x' WHERE id = 1") == 1  # the row only
+        assert frames("SELECT * FROM t") == 0
+        # A checkpoint copies the log back; the next writer starts it again
+        # from the beginning (a new salt, mxFrame from 0): its frames count.
+        last = _frames.read_header(path)
+        assert conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
+        assert frames("DELETE FROM t WHERE id = 2") == 4
+        now = _frames.read_header(path)
+        assert last is not None
+        assert now is not None
+        assert (now.salt != last.salt, now.frames) == (True, 4)
+    finally:
+        conn.close()
+
+
+def _measure_frames(tmp_path: Path, side: str, ops: int, backlog: int) -> dict[str, Any]:
+    """The frames role of ``side`` in this process: what its child reports."""
+    path = str(tmp_path / f"{side}.db")
+    _sides.create_sqlite(side, path, "balanced")
+    opened = _sides.open_sqlite_side(side, path, "balanced")
+    try:
+        role = Role("frames", 0, count=ops, backlog=backlog)
+        out = _merge(
+            [Runner(Spec(side, path, "balanced", role, 60.0), opened.client(), 0, None).run()]
+        )
+    finally:
+        opened.close()
+    assert out["errors"] == 0, out["messages"]
+    assert len(out["put"]) == backlog + ops
+    assert sorted(out["done"]) == sorted(out["put"])[:ops]  # the oldest, claimed and acked
+    assert _sides.remaining_sqlite(side, path, "balanced") == backlog
+    return out
+
+
+def test_frames_of_the_bare_queue_are_one_page_per_operation(tmp_path: Path) -> None:
+    # One table, no index, a few dozen small rows: every row fits in its one
+    # leaf page, so an insert, an update (claim) and a delete (ack) each
+    # write exactly that page.
+    out = _measure_frames(tmp_path, "bare", ops=20, backlog=10)
+    assert {op: list(v) for op, v in out["frames"].items()} == {
+        "put": [1] * 20,
+        "claim": [1] * 20,
+        "ack": [1] * 20,
+    }
+    assert out["restarts"] == {}
+
+
+def test_frames_of_litegates_queue_are_its_three_pages(tmp_path: Path) -> None:
+    # Schema 4 on a small queue (no page splits): a put writes the job's
+    # row, its ready entry and the counts row; a claim the ready entry, the
+    # leased row and the counts; an ack the leased row, the job's row and
+    # the counts: three pages each.
+    out = _measure_frames(tmp_path, "litegate", ops=15, backlog=5)
+    assert {op: list(v) for op, v in out["frames"].items()} == {
+        "put": [3] * 15,
+        "claim": [3] * 15,
+        "ack": [3] * 15,
+    }
+
+
+def test_every_side_has_its_frames_but_what_it_cannot_do(tmp_path: Path) -> None:
+    for side in ("seed", "huey", "litequeue", "litegate-bounded"):
+        out = _measure_frames(tmp_path, side, ops=10, backlog=20)
+        na = _sides.FRAMES_NA.get(side, {})
+        assert set(out["frames"]) == set(_frames.OPS)
+        for op in _frames.OPS:
+            frames = list(out["frames"][op])
+            if op in na:
+                assert frames == []  # done, not measured
+                continue
+            assert len(frames) == 10, (side, op)
+            assert min(frames) >= 1, (side, op)  # every one of them writes
+        f = _run.frame_figures(side, [out])
+        assert {k for k in f if k.endswith("_frames")} == {
+            f"{op}_frames" for op in _frames.OPS if op not in na
+        }
+    assert _sides.FRAMES_NA == {"huey": {"ack": "n/a: no ack (dequeue deleted the task)"}}
+
+
+def test_frame_figures() -> None:
+    outs = [{"frames": {"put": [3, 3, 5, 3], "claim": [2, 2]}, "restarts": {"put": 1}}]
+    f = _run.frame_figures("huey", outs)
+    assert f["put_frames"] == 3.5
+    assert (f["put_frames_p50"], f["put_frames_max"], f["put_measured"]) == (3.0, 5.0, 4.0)
+    assert (f["put_restarts"], f["claim_restarts"]) == (1.0, 0.0)
+    assert f["claim_frames"] == 2.0
+    assert "ack_frames" not in f
+    assert "ack_measured" not in f
+    assert f["frames_hist"] == {"put": {"3": 3, "5": 1}, "claim": {"2": 2}}
+
+
+# -- litegate's own Worker in the end-to-end rows ------------------------------------
+
+
+def test_the_worker_side_runs_every_job_once_and_drains(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.db")
+    _sides.create_sqlite("litegate-worker", path, "balanced")
+    for threads, batch, jobs in ((1, 50, 1_000), (4, 1, 400)):
+        side = _sides.open_sqlite_side("litegate-worker", path, "balanced")
+        assert isinstance(side, _sides.LitegateWorkerSide)
+        assert side.own_worker
+        producers_done = mp.get_context("spawn").Event()
+        first = threads * 1_000_000
+        client = side.client()
+
+        def produce(client: _sides.Client, first: int, jobs: int, done: Any) -> None:
+            for k in range(first, first + jobs, 50):
+                client.put_many([_sides.payload(j) for j in range(k, k + 50)])
+                time.sleep(0.001)  # the worker starts on an empty queue and waits for work
+            done.set()
+
+        ran: list[int] = []
+        producer = threading.Thread(target=produce, args=(client, first, jobs, producers_done))
+        producer.start()
+        try:
+            late = side.work(threads, batch, 60.0, producers_done, ran.append)
+        finally:
+            producer.join()
+        try:
+            assert late is False
+            assert sorted(ran) == list(range(first, first + jobs))  # each once
+            counts = side.queue.counts()
+            assert (counts["ready"], counts["scheduled"], counts["leased"]) == (0, 0, 0)
+            (stats,) = side.worker_stats
+            assert stats["processed"] == stats["acked"] == jobs
+            assert stats["errors"] == stats["lease_lost"] == stats["abandoned"] == 0
+            assert side.work_errors() == {}
+            assert side.details()["worker"] == [stats]
+        finally:
+            side.close()
+    assert _sides.worker_shape(1, 100) == (1, 99)
+    assert _sides.worker_shape(8, 1) == (8, 0)
+
+
+def test_the_worker_side_stops_at_the_cells_deadline(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.db")
+    _sides.create_sqlite("litegate-worker", path, "balanced")
+    side = _sides.open_sqlite_side("litegate-worker", path, "balanced")
+    try:
+        side.client().put_many([_sides.payload(k) for k in range(10)])
+        never = mp.get_context("spawn").Event()  # the producers never finish
+        ran: list[int] = []
+        t0 = time.monotonic()
+        assert side.work(2, 1, 0.5, never, ran.append) is True
+        assert time.monotonic() - t0 < 20  # stopped at the deadline, not by the queue
+        assert sorted(ran) == list(range(10))
+    finally:
+        side.close()
+
+
+def test_frames_and_the_worker_side_in_a_run() -> None:
+    cfg = dataclasses.replace(
+        TINY,
+        scenarios=("e2e", "frames"),
+        sides=("bare", "litegate-worker"),
+        e2e_jobs=200,
+        frames_ops=20,
+        frames_backlog=10,
+    )
+    result = bench.run(cfg)
+    got = {(r["scenario"], r["variant"], r["side"]) for r in result["raw"]}
+    assert got == {
+        ("e2e", "batched", "bare"),
+        ("e2e", "batched", "litegate-worker"),
+        ("e2e", "one-job", "litegate-worker"),
+        ("frames", "single-job", "bare"),  # litegate-worker: the litegate side's client
+    }
+    for r in result["raw"]:
+        a, f = r["accounting"], r["figures"]
+        assert r["setup_errors"] == [], r
+        assert a["lost"] == a["extra"] == a["duplicates"] == a["unknown"] == 0, r
+        assert f["errors"] == 0, r
+        if r["scenario"] == "frames":
+            assert (a["put"], a["processed"], a["left_in_queue"]) == (30, 20, 10)
+            assert f["frames_hist"] == {op: {"1": 20} for op in _frames.OPS}  # see above
+            assert [f[f"{op}_frames"] for op in _frames.OPS] == [1.0, 1.0, 1.0]
+            continue
+        assert a["put"] == a["processed"] == 200, r
+        assert a["left_in_queue"] == 0
+        assert sum(f["shares"]) == 200
+        assert len(f["shares"]) == 2
+        if r["side"] == "litegate-worker":
+            # each worker process's own Worker ran (and acked) its share, once
+            workers = [d["worker"] for d in r["details"] if d.get("worker")]
+            assert sorted(w[0]["acked"] for w in workers) == sorted(f["shares"])
+            assert f["gate_grants"] > 0  # litegate's gate figures, as its other sides
+            # every job was put and settled in some commit: fewer than one
+            # each in batches, and the workers' share of them is a part
+            assert 0 < f["worker_commits_per_job"] < f["commits_per_job"]
+            if r["variant"] == "batched":
+                assert f["commits_per_job"] < 1
+        else:
+            assert "commits_per_job" not in f  # no litegate Database to count them
+    text = bench.render(json.loads(json.dumps(result)))
+    frames = text.split("### WAL frames per operation: 20 single-job puts")[1]
+    assert "| bare " in frames
+    assert "1.00 (median 1, max 1)" in frames
+    e2e = text.split("### End to end")[1].split("###")[0]
+    assert "| litegate-worker (batches of 20; Worker concurrency 1, prefetch 19)" in e2e
+    assert "| litegate-worker (2 threads/process; Worker concurrency 2, prefetch 0)" in e2e
+    assert "litegate-worker: the litegate side's producers" in e2e
+    assert "| Commits/job all / workers |" in e2e
+    assert "(end-to-end rows only)" in text
+    names = [t["target"] for t in result["targets"]]
+    assert "e2e batched (balanced): litegate-worker >= 0.9 x bare batched" in names
+    assert any(n.startswith("litegate: 0 errors") for n in names)
+    assert Config.from_json(json.loads(json.dumps(result["config"]))) == cfg
 
 
 def test_an_e2e_only_side_runs_and_is_reported_in_the_e2e_rows() -> None:
@@ -557,6 +830,21 @@ def test_config_from_args() -> None:
     assert cfg.grant_log is False
     assert _parsed(["--grant-log"]).grant_log is True
     assert _parsed(["--grant-log", "--quick"]).grant_log is True
+
+
+def test_frames_options_and_backends() -> None:
+    cfg = _parsed(["--scenarios", "frames", "--frames-ops", "50", "--frames-backlog", "100"])
+    assert (cfg.scenarios, cfg.frames_ops, cfg.frames_backlog) == (("frames",), 50, 100)
+    assert (Config().frames_ops, Config().frames_backlog) == (400, 3_000)
+    assert _parsed(["--quick"]).frames_ops == 300
+    assert "frames" in Config().scenarios
+    assert "frames" in _parsed(["--quick"]).scenarios
+    # the WAL index is SQLite's: a PostgreSQL part leaves the scenario out ...
+    assert "frames" not in Config(backend="postgres").scenarios
+    assert Config(backend="postgres", scenarios=("frames", "e2e")).scenarios == ("e2e",)
+    # ... and refuses a run of nothing else
+    with pytest.raises(ValueError, match="the WAL frames are SQLite's"):
+        Config(backend="postgres", scenarios=("frames",))
 
 
 def test_grant_log_is_for_sqlite_and_the_seeds_scenarios() -> None:

@@ -1,8 +1,8 @@
 """``litegate bench queue``: seed 004, the SQLite task-queue benchmark.
 
 The seed's five scenarios under its three PRAGMA profiles (conservative,
-balanced, aggressive), plus end-to-end rows, for six queues on the same
-machine in the same run:
+balanced, aggressive), plus end-to-end rows and the WAL frames per
+operation, for seven queues on the same machine in the same run:
 
 - ``bare``: a bare batched ``sqlite3`` queue (no leases, attempts or
   priorities): ``executemany`` inserts in one transaction, claim by
@@ -14,6 +14,11 @@ machine in the same run:
 - ``litegate``: ``litegate.queue.Queue`` (leases, attempts, priorities),
   its database opened with the write gate's policy a Queue opened from a
   path uses (``Queue.FAIR``, strict);
+- ``litegate-worker``: the same queue, in the end-to-end rows only: its
+  producers are ``litegate``'s, its consumers litegate's own ``Worker``
+  (``concurrency`` = the row's threads, ``prefetch`` = the claim size minus
+  that), which settles finished jobs with its next claim in one transaction
+  (the batch completer): the queue as users run it;
 - ``litegate-bounded``: the same queue on a database opened with
   ``fair=True``, the bounded policy that is ``connect()``'s default: the two
   policies side by side in one run (the targets are judged on ``litegate``);
@@ -35,7 +40,12 @@ Scenarios:
 6. ``e2e``: 4 producer + 4 worker processes; ``batched`` (put_many of 100,
    claim 100, ack_many) against the bare batched queue, and ``one-job``
    (put, claim(1), ack; 8 threads per process) against the seed's approach,
-   with each worker's share of the jobs.
+   with each worker's share of the jobs;
+7. ``frames``: one process, one thread, each side's own client: after a
+   backlog of 3,000 jobs, 400 single-job puts, then 400 claims of one job,
+   then 400 acks, the WAL frames (pages written) each appended, read from
+   the WAL-index header in the ``-shm`` file before and after it
+   (``_frames``); under the end-to-end rows' profiles.
 
 Every cell runs on a fresh database in a temporary directory, its worker
 processes (``spawn``) start together on a barrier, and every run is bounded

@@ -17,8 +17,13 @@ Roles:
   (e2e producers);
 - ``consume``: claim ``batch`` jobs and ack them (``ack`` or ``ack_many``)
   until the producers are done and the queue is empty (e2e workers); for a
-  side with a worker loop of its own (the PostgreSQL peers), that loop runs
-  instead, ``threads`` jobs at a time (:class:`WorkerRunner`).
+  side with a worker loop of its own (the PostgreSQL peers,
+  ``litegate-worker``), that loop runs instead, ``threads`` jobs at a time
+  (:class:`WorkerRunner`);
+- ``frames``: ``backlog`` jobs put (in batches where the side can), then
+  ``count`` single-job puts, ``count`` claims of one job and ``count`` acks,
+  the WAL-index header read before and after each: the WAL frames each
+  operation appended (``_frames``). One process, one thread.
 
 Every role stops at the cell's deadline whatever it is doing.
 """
@@ -36,7 +41,7 @@ from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
 from ._backends import open_side
-from ._sides import Client, Side, busy_error, payload
+from ._sides import FRAMES_NA, Client, Job, Side, busy_error, payload
 
 POLL_S = 0.001
 """How long a claimer sleeps when it found the queue empty."""
@@ -47,12 +52,13 @@ JOB_STRIDE = 1_000_000_000
 
 @dataclass(frozen=True)
 class Role:
-    kind: str  # put | claim | cycle | produce | consume
+    kind: str  # put | claim | cycle | produce | consume | frames
     index: int = 0  # process index in the cell (unique job numbers)
-    count: int = 0  # jobs per process (put, produce); 0 = until ``seconds``
+    count: int = 0  # jobs per process (put, produce; frames: of each op); 0 = until ``seconds``
     seconds: float = 0.0
     threads: int = 1
     batch: int = 1
+    backlog: int = 0  # frames: jobs put before the operations measured
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,9 @@ class ThreadResult:
     start: float = 0.0
     end: float = 0.0
     timed_out: bool = False
+    # frames: WAL frames appended by each operation measured, per operation
+    frames: dict[str, array[int]] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)  # ... of which saw the log restart
 
     def error(self, exc: BaseException) -> None:
         self.errors += 1
@@ -130,6 +139,8 @@ class Runner:
                 self._produce(limit)
             elif kind == "consume":
                 self._consume(limit)
+            elif kind == "frames":
+                self._frames(limit)
             else:
                 raise ValueError(f"unknown role {kind!r}")
         finally:
@@ -259,6 +270,75 @@ class Runner:
                     return
                 time.sleep(POLL_S)
 
+    def _frames(self, limit: float) -> None:
+        from ._frames import OPS, appended, read_header
+
+        r = self.r
+        path = self.spec.path
+        na = FRAMES_NA.get(self.spec.side, {})
+        left = self.role.backlog
+        batch = 500
+        while left > 0:  # the backlog: batches where the side has them
+            if time.monotonic() >= limit:
+                r.timed_out = True
+                return
+            jobs = [self._job() for _ in range(min(batch, left))]
+            try:
+                if batch > 1:
+                    self.client.put_many(jobs)
+                else:
+                    self.client.put(jobs[0])
+            except NotImplementedError:
+                batch = 1  # one at a time, these first ones included
+                for job in jobs:
+                    self.client.put(job)
+            left -= len(jobs)
+            r.put.extend(int(j["job"]) for j in jobs)
+        claimed: list[Job] = []
+
+        def put() -> None:
+            job = self._job()
+            self.client.put(job)
+            r.put.append(int(job["job"]))
+
+        def claim() -> None:
+            got = self.client.claim(1)
+            if not got:
+                r.empty_claims += 1
+            claimed.extend(got)
+
+        def ack() -> None:
+            job = claimed.pop(0)
+            self.client.ack(job)
+            r.done.append(job[1])
+
+        for name, op in zip(OPS, (put, claim, ack), strict=True):
+            frames = r.frames.setdefault(name, array("q"))
+            for _ in range(self.role.count):
+                if time.monotonic() >= limit:
+                    r.timed_out = True
+                    return
+                if name == "ack" and not claimed:
+                    break
+                before = read_header(path)
+                try:
+                    op()
+                except Exception as exc:
+                    r.error(exc)
+                    continue
+                after = read_header(path)
+                r.ops += 1
+                if name in na:
+                    continue  # done (every job is accounted for), not measured
+                if before is None or after is None:
+                    raise RuntimeError(
+                        f"no WAL index in {path}-shm: the {self.spec.side} side's database "
+                        "is not in WAL mode"
+                    )
+                frames.append(appended(before, after))
+                if after.salt != before.salt:
+                    r.restarts[name] = r.restarts.get(name, 0) + 1
+
 
 class WorkerRunner:
     """A consumer that is the side's own worker loop (``Side.work``): it
@@ -285,6 +365,9 @@ class WorkerRunner:
             r.error(exc)
         finally:
             r.end = time.monotonic()
+        for msg, n in self.side.work_errors().items():
+            r.errors += n
+            r.messages[msg] = r.messages.get(msg, 0) + n
         r.ops = len(r.done)
         return r
 
@@ -297,6 +380,8 @@ def _merge(results: list[ThreadResult]) -> dict[str, Any]:
         "done": array("q"),
         "messages": {},
         "per_thread_done": [],
+        "frames": {},
+        "restarts": {},
     }
     for key in ("ops", "errors", "busy", "empty_claims"):
         out[key] = sum(int(getattr(r, key)) for r in results)
@@ -308,6 +393,10 @@ def _merge(results: list[ThreadResult]) -> dict[str, Any]:
         out["per_thread_done"].append(len(r.done))
         for m, n in r.messages.items():
             out["messages"][m] = out["messages"].get(m, 0) + n
+        for op, frames in r.frames.items():
+            out["frames"].setdefault(op, array("q")).extend(frames)
+        for op, n in r.restarts.items():
+            out["restarts"][op] = out["restarts"].get(op, 0) + n
     out["start"] = min((r.start for r in results), default=0.0)
     out["end"] = max((r.end for r in results), default=0.0)
     out["timed_out"] = any(r.timed_out for r in results)

@@ -17,7 +17,10 @@ from ._pg import is_url, redact
 from ._scale import ScaleConfig
 from ._sides import ALL_SIDES, BACKENDS, PEER_MODULES, SIDES, SIDES_BY_BACKEND
 
-SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
+SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e", "frames")
+SQLITE_ONLY_SCENARIOS = ("frames",)
+"""Scenarios that measure SQLite's files (the WAL index): a PostgreSQL part
+leaves them out."""
 PROFILES = ("conservative", "balanced", "aggressive")
 PG_PROFILE = "postgres"
 """The one "profile" on PostgreSQL: the server's own settings (seed 004's
@@ -60,6 +63,8 @@ class Config:
     e2e_threads: int = 8  # threads per process, one-job row (litegate, huey, litequeue)
     seed_threads: int = 1  # the seed's approach: one connection per worker process
     batch: int = 100
+    frames_ops: int = 400  # frames: single-job puts, then as many claims, then acks
+    frames_backlog: int = 3_000  # frames: jobs queued before them
     cell_timeout: float = 60.0  # every cell with a fixed amount of work stops after this
     start_method: str = "spawn"
     noise_k: float = _stats.NOISE_K
@@ -73,6 +78,14 @@ class Config:
             # side" and "the one configuration" on PostgreSQL.
             if self.sides == SIDES:
                 object.__setattr__(self, "sides", SIDES_BY_BACKEND["postgres"])
+            kept = tuple(s for s in self.scenarios if s not in SQLITE_ONLY_SCENARIOS)
+            if not kept:
+                raise ValueError(
+                    f"--scenarios {','.join(self.scenarios)}: the WAL frames are SQLite's "
+                    "(its -shm file); PostgreSQL has no such file here: add another "
+                    "scenario, or run it with --backend sqlite"
+                )
+            object.__setattr__(self, "scenarios", kept)
             for name in ("profiles", "long_profiles", "e2e_profiles"):
                 if set(getattr(self, name)) <= set(PROFILES):
                     object.__setattr__(self, name, (PG_PROFILE,))
@@ -134,6 +147,7 @@ def quick(cfg: Config) -> Config:
         long_seconds=5.0,
         long_sample_s=0.1,
         e2e_jobs=8_000,
+        frames_ops=300,
         cell_timeout=30.0,
         noise_k=cfg.noise_k,
         grant_log=cfg.grant_log,
@@ -364,6 +378,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "in the one-job row (default 1: one connection per worker, as in the seed)",
     )
     g.add_argument(
+        "--frames-ops",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="frames scenario: single-job puts measured, then as many claims and acks "
+        "(default 400; quick 300)",
+    )
+    g.add_argument(
+        "--frames-backlog",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="frames scenario: jobs queued before the operations measured (default 3,000)",
+    )
+    g.add_argument(
         "--cell-timeout",
         type=_seconds,
         default=None,
@@ -461,6 +490,8 @@ def _part(
         "e2e_jobs",
         "e2e_threads",
         "seed_threads",
+        "frames_ops",
+        "frames_backlog",
         "cell_timeout",
     ):
         value = getattr(args, name, None)

@@ -52,6 +52,8 @@ def throughput_chart(result: dict[str, Any], out: Path, prefix: str = "queue") -
         labels = [f"{SHORT.get(p, p)}\n{v.replace(' workers', 'w')}" for p, v in keys]
         series: dict[str, list[Bar]] = {}
         for side in sides:
+            if not any(e["side"] == side for e in mine):
+                continue  # (an end-to-end-only side in another scenario)
             series[side] = [
                 _bar(find(summary, scenario, prof, variant, side), figure) for prof, variant in keys
             ]

@@ -13,8 +13,9 @@ from typing import Any
 
 from .._report import fmt_pct, render_grant_logs
 from ._config import Config
+from ._frames import OPS
 from ._run import at_a_glance, find, has_gate, median_of, size_keys
-from ._sides import side_title
+from ._sides import E2E_ONLY_SIDES, FRAMES_NA, side_title, worker_shape
 
 PROFILE_TITLES = {
     "conservative": "Conservative",
@@ -165,6 +166,18 @@ def _handoffs(e: dict[str, Any]) -> str:
     return fmt_pct(median_of(e, "handoff_share"))
 
 
+COMMITS = "Commits/job all / workers"
+COMMITS_TEXT = (
+    "Commits/job (litegate's sides): write transactions committed (a group commit is one) "
+    "per job, by all the processes / by the worker processes alone."
+)
+
+
+def _commits(e: dict[str, Any]) -> str:
+    both = median_of(e, "commits_per_job"), median_of(e, "worker_commits_per_job")
+    return "-" if None in both else " / ".join(f"{v:.3f}" for v in both if v is not None)
+
+
 def grant_log_lines(result: dict[str, Any], scenario: str, variant: str | None = None) -> list[str]:
     """A line per litegate cell of the scenario (``variant``: of that one
     only) whose grant log was checked (``--grant-log``), after its table;
@@ -270,6 +283,7 @@ NOTES = {
     "litequeue": "lock, no lease expiry",
     "litegate": "lease + ack",
     "litegate-bounded": "lease + ack; fair=True",
+    "litegate-worker": "its Worker: settles finished jobs with the next claim",
     "procrastinate": "fetch_job/finish_job, 1 job per query",
     "pgqueuer": "dequeue/log_jobs",
 }
@@ -426,7 +440,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
         "Worker share min/max",
         "Jain",
         "RSD",
-        *([HANDOFFS] if _gated(cfg) else []),
+        *([HANDOFFS, COMMITS] if _gated(cfg) else []),
         "Errors",
         _w(cfg, "busy"),
         _w(cfg, "peak"),
@@ -464,7 +478,7 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
                     f"{_num(lo)} / {_num(hi)}" + (f" ({hi / lo:.1f}x)" if lo and hi else ""),
                     _jain(e),
                     _rsd(e),
-                    *([_handoffs(e)] if _gated(cfg) else []),
+                    *([_handoffs(e), _commits(e)] if _gated(cfg) else []),
                     _errors(e) + (f" {flags}" if flags else ""),
                     _busy(e),
                     _size(cfg, e),
@@ -478,6 +492,11 @@ def e2e_table(result: dict[str, Any], cfg: Config) -> str:
 def _threads_note(cfg: Config, variant: str, side: str) -> str:
     if cfg.backend == "postgres":
         return _pg_note(cfg, variant, side)
+    if side in E2E_ONLY_SIDES:  # its own Worker, shaped as the harness's consumers are
+        threads, batch = (1, cfg.batch) if variant == "batched" else (cfg.e2e_threads, 1)
+        concurrency, prefetch = worker_shape(threads, batch)
+        put = f"batches of {cfg.batch}" if variant == "batched" else f"{threads} threads/process"
+        return f" ({put}; Worker concurrency {concurrency}, prefetch {prefetch})"
     if variant == "batched":
         return f" (batches of {cfg.batch})"
     t = cfg.seed_threads if side == "seed" else cfg.e2e_threads
@@ -494,6 +513,43 @@ def _pg_note(cfg: Config, variant: str, side: str) -> str:
         return f" ({put}; its worker, concurrency {t}, 1 job per fetch)"
     size = b if variant == "batched" else 1
     return f" ({put}; its worker, batch_size {size})"
+
+
+def _frames_cell(e: dict[str, Any], op: str) -> str:
+    mean = median_of(e, f"{op}_frames")
+    if mean is None:
+        return FRAMES_NA.get(e["side"], {}).get(op, "-")
+    p50, top = median_of(e, f"{op}_frames_p50"), median_of(e, f"{op}_frames_max")
+    return f"{mean:.2f} (median {_num(p50)}, max {_num(top)})"
+
+
+def frames_table(result: dict[str, Any], cfg: Config) -> str:
+    summary = result["summary"]
+    headers = ["Configuration", "Side", *(f"{op.capitalize()} (frames/op)" for op in OPS)]
+    headers += ["Log restarts", _w(cfg, "peak"), "Notes"]
+    if cfg.runs > 1:
+        headers += ["CV " + " / ".join(OPS)]
+    rows = []
+    for prof in cfg.e2e_profiles:
+        for i, e in enumerate(_entries(summary, "frames", prof, "single-job", cfg.sides)):
+            row = _first_col(cfg, prof, e["side"], i == 0)
+            if e["na"]:
+                rows.append(row + _na_row(e, len(headers) - 2))
+                continue
+            restarts = sum(median_of(e, f"{op}_restarts") or 0.0 for op in OPS)
+            flags = _flags(e)
+            errors = median_of(e, "errors") or 0.0
+            notes = [NOTES.get(e["side"], "")]
+            if errors:
+                notes.append(f"{errors:,.0f} errors")
+            if flags:
+                notes.append(flags)
+            row += [_frames_cell(e, op) for op in OPS]
+            row += [_num(restarts), _size(cfg, e), "; ".join(n for n in notes if n)]
+            if cfg.runs > 1:
+                row.append(" / ".join(_cv(e, f"{op}_frames") for op in OPS))
+            rows.append(row)
+    return md_table(headers, rows)
 
 
 def target_lines(result: dict[str, Any]) -> list[str]:
@@ -538,6 +594,24 @@ PG_E2E_TEXT = (
 )
 
 
+WORKER_E2E_TEXT = (
+    " litegate-worker: the litegate side's producers; its worker processes run "
+    "litegate.queue.Worker (defaults but concurrency and prefetch: lease 30 s, ack_delay "
+    "10 ms, ack_batch 100) as in production until the producers are done and counts() "
+    "shows nothing ready, scheduled or leased (looked at every 5 ms, a read), then stop(). "
+    "Its jobs count when the handler runs them (no claim latency to time)."
+)
+
+FRAMES_TEXT = (
+    "Frames per operation: the WAL frames (pages written) each operation appended, read "
+    "from the WAL-index header in the -shm file before and after it (mxFrame; a new salt "
+    "means the log restarted, and then every frame of it is the operation's); the mean, "
+    "with the median and the largest. Log restarts: operations during which a writer "
+    "started the log again after a checkpoint (counted, not lost). Each side's own "
+    "client, one job per call, its PRAGMAs the profile's."
+)
+
+
 def server_line(result: dict[str, Any]) -> str:
     s = result.get("server")
     if not s:
@@ -574,7 +648,7 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
         "Sides: "
         + "; ".join(
             f"{s} = {side_title(cfg.backend, s)}"
-            + (" (end-to-end rows only)" if s in cfg.e2e_only_sides else "")
+            + (" (end-to-end rows only)" if s in cfg.e2e_only_sides or s in E2E_ONLY_SIDES else "")
             for s in cfg.sides
         )
     ]
@@ -654,10 +728,22 @@ def render_part(result: dict[str, Any], level: int = 1) -> str:
             "Jain: Jain's index over those shares (1.000 = equal, 1/n = one process did "
             "everything); RSD: their standard deviation over their mean."
             + (PG_E2E_TEXT if pg else "")
-            + (f" {HANDOFFS_TEXT}" if _gated(cfg) else ""),
+            + (WORKER_E2E_TEXT if set(E2E_ONLY_SIDES) & set(cfg.sides) else "")
+            + (f" {HANDOFFS_TEXT} {COMMITS_TEXT}" if _gated(cfg) else ""),
             "",
             e2e_table(result, cfg),
             *grant_log_lines(result, "e2e"),
+        ]
+    if "frames" in sc and not pg:
+        parts += [
+            "",
+            f"### WAL frames per operation: {cfg.frames_ops:,} single-job puts, then "
+            f"{cfg.frames_ops:,} claims of one job, then {cfg.frames_ops:,} acks, after a "
+            f"backlog of {cfg.frames_backlog:,} jobs (one process, one thread)",
+            "",
+            FRAMES_TEXT,
+            "",
+            frames_table(result, cfg),
         ]
     parts += _problems(result)
     parts += ["", *target_lines(result)]

@@ -32,9 +32,10 @@ from .._writers import gate_counters, gate_shares
 from ._backends import create, remaining
 from ._child import Role, Spec, child_main
 from ._config import Combined, Config
+from ._frames import OPS
 from ._pg import DbSizeSampler, PgCells
 from ._sampler import Sampler
-from ._sides import BATCH_SIDES, LITEGATE_FAIR, NO_BATCH
+from ._sides import BATCH_SIDES, E2E_ONLY_SIDES, FRAMES_NA, LITEGATE_FAIR, NO_BATCH
 
 NAME = "queue"
 QS = (50.0, 95.0, 99.0)
@@ -45,7 +46,7 @@ class Cell:
     scenario: str
     profile: str
     side: str
-    variant: str  # "1 writer", "4 workers", "2W+2C", "batched", "one-job"
+    variant: str  # "1 writer", "4 workers", "2W+2C", "batched", "one-job", "single-job"
     roles: tuple[Role, ...] = ()
     seconds: float = 0.0  # time-bounded roles: how long they run
     limit_s: float = 60.0  # the bound for every role
@@ -89,7 +90,7 @@ def plan(cfg: Config | Combined) -> list[Cell]:
     ) -> None:
         limit = seconds + slack if seconds else cfg.cell_timeout
         for side in sides if sides is not None else cfg.sides:
-            if scenario != "e2e" and side in cfg.e2e_only_sides:
+            if scenario != "e2e" and (side in cfg.e2e_only_sides or side in E2E_ONLY_SIDES):
                 continue
             reason = (na or {}).get(side)
             cells.append(
@@ -152,6 +153,11 @@ def plan(cfg: Config | Combined) -> list[Cell]:
                     one = [Role("produce", i, count=jobs[i], threads=t) for i in range(p)]
                     one += [Role("consume", p + i, threads=t) for i in range(w)]
                     add(scenario, prof, "one-job", one, sides=[side])
+        elif scenario == "frames":
+            # under the end-to-end rows' profiles: the frames explain those rows
+            role = Role("frames", 0, count=cfg.frames_ops, backlog=cfg.frames_backlog)
+            for prof in cfg.e2e_profiles:
+                add(scenario, prof, "single-job", [role])
         else:  # pragma: no cover - the parser only lets known names through
             raise ValueError(f"unknown scenario {scenario!r}")
     return cells
@@ -440,6 +446,42 @@ def figures(cell: Cell, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         f.update(_shares(shares))
         f["empty_claims"] = float(sum(int(o["empty_claims"]) for o in workers))
         f["timed_out"] = any(o["timed_out"] for o in outs)
+        if done and all("committed" in o.get("details", {}) for o in outs):
+            # litegate's sides: write transactions committed (a group commit
+            # is one), per job, by every process and by the workers alone
+            f["commits_per_job"] = sum(int(o["details"]["committed"]) for o in outs) / done
+            f["worker_commits_per_job"] = (
+                sum(int(o["details"]["committed"]) for o in workers) / done
+            )
+    elif cell.scenario == "frames":
+        f.update(frame_figures(cell.side, outs))
+        f["timed_out"] = any(o["timed_out"] for o in outs)
+    return f
+
+
+def frame_figures(side: str, outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per operation: the mean, median and largest number of WAL frames one
+    operation appended, how many were measured and how many saw the log
+    restart; and the histogram (frames: operations) for the JSON. An
+    operation the side cannot do (``FRAMES_NA``) has none."""
+    f: dict[str, Any] = {}
+    hist: dict[str, dict[str, int]] = {}
+    for op in OPS:
+        if op in FRAMES_NA.get(side, {}):
+            continue
+        vals = [int(x) for o in outs for x in o.get("frames", {}).get(op, ())]
+        f[f"{op}_measured"] = float(len(vals))
+        f[f"{op}_restarts"] = float(sum(int(o.get("restarts", {}).get(op, 0)) for o in outs))
+        if not vals:
+            continue
+        f[f"{op}_frames"] = _stats.mean(vals)
+        f[f"{op}_frames_p50"] = _stats.median(vals)
+        f[f"{op}_frames_max"] = float(max(vals))
+        counts: dict[str, int] = {}
+        for v in sorted(vals):
+            counts[str(v)] = counts.get(str(v), 0) + 1
+        hist[op] = counts
+    f["frames_hist"] = hist
     return f
 
 
@@ -467,7 +509,7 @@ def accounting(outs: Sequence[dict[str, Any]], left: int, *, expected_procs: int
 # across runs
 
 
-NUMERIC_SKIP = frozenset({"shares", "timed_out"})
+NUMERIC_SKIP = frozenset({"shares", "timed_out", "frames_hist"})
 
 
 def summarise(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -544,7 +586,11 @@ ONE_JOB_RATIO = 1.5
 SHARE_OF_MEAN = 1.5  # issue 18: every worker's share within 1.5 x of the mean ...
 JAIN_MIN = 0.95  # ... and Jain's index over the worker processes >= 0.95
 CLAIM_P95_MS = 2.0
+FRAMES_PER_OP = 3.0  # WAL frames (pages written) per single-job put, claim and ack
 MIB = 1024 * 1024
+JUDGED = ("litegate", "litegate-worker")
+"""The sides the end-to-end and clean-run targets are reported for: the
+queue driven by the harness's claim/ack loop, and by its own Worker."""
 
 
 def wal_bounded(series: Sequence[Sequence[float]]) -> tuple[bool, float, float]:
@@ -602,7 +648,7 @@ def pg_targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def share_target(e: dict[str, Any], label: str) -> dict[str, Any]:
+def share_target(e: dict[str, Any], label: str, side: str = "litegate") -> dict[str, Any]:
     """Issue 18's fairness target for one end-to-end row: every worker
     process's share of the jobs within 1.5 x of the mean (from mean / 1.5
     to 1.5 x mean) and Jain's index >= 0.95 (medians across runs)."""
@@ -626,7 +672,7 @@ def share_target(e: dict[str, Any], label: str) -> dict[str, Any]:
             f"({lo:.2f}x to {hi:.2f}x the mean), Jain {jain:.3f}, RSD {fmt_pct(rsd)}"
         )
     return {
-        "target": f"{label}: litegate worker shares within {SHARE_OF_MEAN:g}x of the mean, "
+        "target": f"{label}: {side} worker shares within {SHARE_OF_MEAN:g}x of the mean, "
         f"Jain >= {JAIN_MIN:g}",
         "value": jain,
         "limit": JAIN_MIN,
@@ -639,9 +685,11 @@ def clean_target(summary: Sequence[dict[str, Any]], busy: str) -> dict[str, Any]
     """litegate's cells: no error, no contention error, every job accounted for."""
     bad = {}
     for e in summary:
-        if e["side"] != "litegate" or e["na"]:
+        if e["side"] not in JUDGED or e["na"]:
             continue
         label = f"{e['scenario']} {e['profile']} {e['variant']}"
+        if e["side"] != "litegate":
+            label += f" {e['side']}"
         errs, n_busy = median_of(e, "errors") or 0.0, median_of(e, "busy") or 0.0
         worst_errs = e["figures"]["errors"]["max"] if e["figures"].get("errors") else 0
         worst_busy = e["figures"]["busy"]["max"] if e["figures"].get("busy") else 0
@@ -669,44 +717,74 @@ def clean_target(summary: Sequence[dict[str, Any]], busy: str) -> dict[str, Any]
     }
 
 
+def e2e_targets(summary: Sequence[dict[str, Any]], prof: str, side: str) -> list[dict[str, Any]]:
+    """The end-to-end targets of one litegate side: batched against the bare
+    queue, one-job against the seed's approach, and its worker shares."""
+    out: list[dict[str, Any]] = []
+    lg = median_of(find(summary, "e2e", prof, "batched", side), "throughput")
+    bare = median_of(find(summary, "e2e", prof, "batched", "bare"), "throughput")
+    if lg is not None and bare:
+        out.append(
+            {
+                "target": f"e2e batched ({prof}): {side} >= {BATCHED_RATIO} x bare batched",
+                "value": lg / bare,
+                "limit": BATCHED_RATIO,
+                "met": lg / bare >= BATCHED_RATIO,
+                "detail": f"{lg:,.0f} vs {bare:,.0f} jobs/s = {lg / bare:.2f}x",
+            }
+        )
+    lg1 = median_of(find(summary, "e2e", prof, "one-job", side), "throughput")
+    seed = median_of(find(summary, "e2e", prof, "one-job", "seed"), "throughput")
+    if lg1 is not None and seed:
+        out.append(
+            {
+                "target": f"e2e one-job ({prof}): {side} >= {ONE_JOB_RATIO} x the seed's approach",
+                "value": lg1 / seed,
+                "limit": ONE_JOB_RATIO,
+                "met": lg1 / seed >= ONE_JOB_RATIO,
+                "detail": f"{lg1:,.0f} vs {seed:,.0f} jobs/s = {lg1 / seed:.2f}x",
+            }
+        )
+    for variant in ("batched", "one-job"):
+        e = find(summary, "e2e", prof, variant, side)
+        if e is not None and not e["na"]:
+            out.append(share_target(e, f"e2e {variant} ({prof})", side))
+    return out
+
+
+def frames_target(e: dict[str, Any] | None, prof: str) -> dict[str, Any] | None:
+    """litegate's WAL frames per single-job put, claim and ack (means,
+    medians across runs), each against FRAMES_PER_OP."""
+    if e is None or e["na"]:
+        return None
+    means = {op: median_of(e, f"{op}_frames") for op in OPS}
+    if any(v is None for v in means.values()):
+        return None
+    worst = max(v for v in means.values() if v is not None)
+    return {
+        "target": f"frames ({prof}): litegate <= {FRAMES_PER_OP:g} WAL frames per single-job "
+        "put, claim and ack",
+        "value": worst,
+        "limit": FRAMES_PER_OP,
+        "met": worst <= FRAMES_PER_OP,
+        "detail": ", ".join(f"{op} {v:.2f}" for op, v in means.items() if v is not None),
+    }
+
+
 def targets(cfg: Config, result: dict[str, Any]) -> list[dict[str, Any]]:
     summary: list[dict[str, Any]] = result["summary"]
     out: list[dict[str, Any]] = []
-    if "litegate" not in cfg.sides:
+    if not set(JUDGED) & set(cfg.sides):
         return out
     if cfg.backend == "postgres":
         return pg_targets(cfg, result)
     for prof in cfg.e2e_profiles if "e2e" in cfg.scenarios else ():
-        lg = median_of(find(summary, "e2e", prof, "batched", "litegate"), "throughput")
-        bare = median_of(find(summary, "e2e", prof, "batched", "bare"), "throughput")
-        if lg is not None and bare:
-            out.append(
-                {
-                    "target": f"e2e batched ({prof}): litegate >= {BATCHED_RATIO} x bare batched",
-                    "value": lg / bare,
-                    "limit": BATCHED_RATIO,
-                    "met": lg / bare >= BATCHED_RATIO,
-                    "detail": f"{lg:,.0f} vs {bare:,.0f} jobs/s = {lg / bare:.2f}x",
-                }
-            )
-        one = find(summary, "e2e", prof, "one-job", "litegate")
-        lg1 = median_of(one, "throughput")
-        seed = median_of(find(summary, "e2e", prof, "one-job", "seed"), "throughput")
-        if lg1 is not None and seed:
-            out.append(
-                {
-                    "target": f"e2e one-job ({prof}): litegate >= {ONE_JOB_RATIO} x the seed's "
-                    "approach",
-                    "value": lg1 / seed,
-                    "limit": ONE_JOB_RATIO,
-                    "met": lg1 / seed >= ONE_JOB_RATIO,
-                    "detail": f"{lg1:,.0f} vs {seed:,.0f} jobs/s = {lg1 / seed:.2f}x",
-                }
-            )
-        for variant in ("batched", "one-job"):
-            e = find(summary, "e2e", prof, variant, "litegate")
-            if e is not None and not e["na"]:
-                out.append(share_target(e, f"e2e {variant} ({prof})"))
+        for side in (s for s in JUDGED if s in cfg.sides):
+            out += e2e_targets(summary, prof, side)
+    for prof in cfg.e2e_profiles if "frames" in cfg.scenarios else ():
+        t = frames_target(find(summary, "frames", prof, "single-job", "litegate"), prof)
+        if t is not None:
+            out.append(t)
     out.append(clean_target(summary, "BUSY"))
     for prof in cfg.profiles if "mixed" in cfg.scenarios else ():
         m = find(summary, "mixed", prof, f"{cfg.mixed_writers}W+{cfg.mixed_claimers}C", "litegate")

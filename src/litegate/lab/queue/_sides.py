@@ -34,16 +34,34 @@ from litegate._profiles import PROFILES
 
 BACKENDS = ("sqlite", "postgres")
 
-SIDES = ("bare", "seed", "litegate", "litegate-bounded", "huey", "litequeue")
+SIDES = (
+    "bare",
+    "seed",
+    "litegate",
+    "litegate-worker",
+    "litegate-bounded",
+    "huey",
+    "litequeue",
+)
 """Every side on SQLite, in report order."""
 
-LITEGATE_FAIR: dict[str, bool | str | None] = {"litegate": None, "litegate-bounded": True}
+LITEGATE_FAIR: dict[str, bool | str | None] = {
+    "litegate": None,
+    "litegate-worker": None,
+    "litegate-bounded": True,
+}
 """The SQLite sides that are ``litegate.queue`` and the write gate's policy
 each opens its database with: ``litegate`` the one a Queue opened from a path
 uses (``Queue.FAIR``, None here: read from the queue, so the bench follows
 it), ``litegate-bounded`` ``fair=True``, ``connect()``'s default, so the
-report shows both policies side by side. Both share litegate's write gate
-(its figures, ``--grant-log``); the targets are judged on ``litegate``."""
+report shows both policies side by side; ``litegate-worker`` is ``litegate``
+consumed by its own Worker. All share litegate's write gate (its figures,
+``--grant-log``); the targets are judged on ``litegate``."""
+
+E2E_ONLY_SIDES = ("litegate-worker",)
+"""Sides that differ from another only in how they consume (their own worker
+loop): planned in the end-to-end rows only, whatever ``--sides`` says (in
+the other scenarios they would be that other side again)."""
 
 PG_SIDES = ("litegate", "procrastinate", "pgqueuer")
 """Every side on PostgreSQL, in report order."""
@@ -55,6 +73,9 @@ SIDE_TITLES = {
     "bare": "bare batched sqlite3 (no leases, attempts or priorities)",
     "seed": "seed 004's approach (plain sqlite3 + execute_with_retry)",
     "litegate": 'litegate.queue (its default policy for a path, Queue.FAIR: fair="strict")',
+    "litegate-worker": "litegate.queue consumed by its own Worker (concurrency = the row's "
+    "threads, prefetch = the claim size - concurrency; each worker step settles the jobs it "
+    "finished and claims in one transaction: the batch completer)",
     "litegate-bounded": "litegate.queue, fair=True (bounded, connect()'s default)",
     "huey": "huey SqliteHuey storage (enqueue/dequeue; no lease, no ack)",
     "litequeue": "litequeue LiteQueue (put/pop/done)",
@@ -81,7 +102,7 @@ PEER_MODULES = {
 }
 """Sides that need third-party modules (the ``queue`` extra), comma-separated."""
 
-BATCH_SIDES = ("bare", "litegate", "litegate-bounded")
+BATCH_SIDES = ("bare", "litegate", "litegate-worker", "litegate-bounded")
 """Sides with a batch API (put many, claim many, ack many in one transaction)."""
 
 NO_BATCH = {
@@ -90,8 +111,20 @@ NO_BATCH = {
     "litequeue": "n/a: no batch API",
 }
 
+FRAMES_NA = {"huey": {"ack": "n/a: no ack (dequeue deleted the task)"}}
+"""Single-job operations of the frames scenario a side cannot do, and why
+(the others it does, and their WAL frames are measured)."""
+
 Job = tuple[Any, int]
 """``(handle for ack, job number)``."""
+
+
+def worker_shape(threads: int, batch: int) -> tuple[int, int]:
+    """``(concurrency, prefetch)`` of a Worker standing for a consumer of
+    ``threads`` threads that claims ``batch`` jobs at a time: one job running
+    per thread, and the rest of a claim waiting (a Worker claims as many as
+    it has free slots, ``concurrency + prefetch``)."""
+    return threads, max(0, batch - threads)
 
 
 def payload(k: int) -> dict[str, Any]:
@@ -434,6 +467,12 @@ class Side:
         every job it runs. True if it was stopped at ``limit_s`` instead."""
         raise NotImplementedError(f"{self.name} has no worker loop of its own here")
 
+    def work_errors(self) -> dict[str, int]:
+        """Errors the side's own worker loop met and handled itself (logged
+        and retried) during :meth:`work`, by message: they count as the
+        cell's errors, as those the harness's loop sees do."""
+        return {}
+
     def close(self) -> None:
         for c in self._clients:
             c.close()
@@ -505,6 +544,89 @@ class LitegateBoundedSide(LitegateSide):
     name = "litegate-bounded"
 
 
+class LitegateWorkerSide(LitegateSide):
+    """The same queue as ``litegate``; its consumers are litegate's own
+    ``Worker``, as users run it, instead of the harness's claim/ack loop:
+    finished jobs are settled with the worker's next claim (one transaction
+    per step), or by its acker after ``ack_delay``."""
+
+    name = "litegate-worker"
+    own_worker = True
+
+    DRAIN_POLL_S = 0.005
+    """How often, once the producers are done, the harness looks whether the
+    queue is empty (``counts()``: a read, never a turn of the write gate)."""
+
+    def __init__(self, path: str, profile: str) -> None:
+        super().__init__(path, profile)
+        self.worker_stats: list[dict[str, Any]] = []
+
+    def work(
+        self,
+        concurrency: int,
+        batch: int,
+        limit_s: float,
+        producers_done: Event,
+        on_done: Callable[[int], None],
+    ) -> bool:
+        deadline = time.monotonic() + limit_s
+        lock = threading.Lock()
+
+        def handler(payload: dict[str, Any]) -> None:
+            with lock:  # (the executors of one Worker call it at once)
+                on_done(int(payload["job"]))
+
+        threads, prefetch = worker_shape(concurrency, batch)
+        worker = _litegate_queue_module().Worker(
+            self.queue, handler, concurrency=threads, prefetch=prefetch
+        )
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.worker_stats.append(worker.run())
+            except BaseException as exc:  # handed to the caller below
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, name=f"bench-{self.name}", daemon=True)
+        thread.start()
+        # The worker runs as in production (claim(wait=...) when idle) until
+        # every producer is done and the queue is empty: nothing ready,
+        # scheduled or leased (every job run, and its ack committed). Then
+        # stop(), its graceful stop; it has nothing left to settle.
+        late = not producers_done.wait(max(0.0, deadline - time.monotonic()))
+        while not late and thread.is_alive():
+            counts = self.queue.counts()
+            if counts["ready"] + counts["scheduled"] + counts["leased"] == 0:
+                break
+            if time.monotonic() >= deadline:
+                late = True
+                break
+            time.sleep(self.DRAIN_POLL_S)
+        # At the deadline: at once (jobs still held run again after their
+        # leases, outside the cell, and the accounting says so).
+        worker.stop(grace=0 if late else None)
+        thread.join(max(30.0, deadline - time.monotonic()))
+        if raised:
+            raise raised[0]
+        return late or thread.is_alive()
+
+    def work_errors(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key, what in (
+            ("errors", "database errors, logged and retried"),
+            ("lease_lost", "leases lost"),
+            ("abandoned", "jobs abandoned at stop"),
+        ):
+            n = sum(int(s.get(key, 0)) for s in self.worker_stats)
+            if n:
+                out[f"Worker: {what}"] = n
+        return out
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "worker": self.worker_stats}
+
+
 class HueySide(Side):
     name = "huey"
 
@@ -534,6 +656,7 @@ SIDE_CLASSES: dict[str, type[Side]] = {
     "bare": BareSide,
     "seed": SeedSide,
     "litegate": LitegateSide,
+    "litegate-worker": LitegateWorkerSide,
     "litegate-bounded": LitegateBoundedSide,
     "huey": HueySide,
     "litequeue": LitequeueSide,
