@@ -121,7 +121,12 @@ class Waker(Waiters):
             self._closed = True
             thread = self._thread
         self.notify()
-        if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
+        # (a watcher not started yet sees _closed when it starts, and stops)
+        if (
+            isinstance(thread, threading.Thread)
+            and thread.ident is not None
+            and thread is not threading.current_thread()
+        ):
             thread.join(timeout=max(1.0, 2 * self._poll))
         with self._lock:
             conn, self._conn = self._conn, None
