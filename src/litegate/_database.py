@@ -978,10 +978,18 @@ class Database:
         self.close()
 
 
+# Plain functions already checked (module-level ones repeat: the queue's
+# store functions, in a new partial each call): the check costs more than a
+# small write's SQL otherwise.
+_SYNC_FUNCTIONS: set[object] = set()
+
+
 def check_transact_fn(fn: object) -> None:
     """``db.transact(fn)`` runs ``fn(conn)`` synchronously on a litegate thread:
     refuse what could never run there, before it is queued."""
     target = fn.func if isinstance(fn, functools.partial) else fn
+    if target in _SYNC_FUNCTIONS:
+        return
     import inspect  # (here: a module the core's import need not pay for)
 
     if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
@@ -998,6 +1006,10 @@ def check_transact_fn(fn: object) -> None:
             f"db.transact() needs a function of the write connection, got {fn!r}; e.g. "
             "db.transact(lambda conn: conn.execute(...).rowcount)"
         )
+    # (module-level functions only, so the set stays a bounded few)
+    module_level = inspect.isfunction(target) and target.__qualname__ == target.__name__
+    if module_level and len(_SYNC_FUNCTIONS) < 1024:
+        _SYNC_FUNCTIONS.add(target)
 
 
 def _is_read_only(exc: BaseException) -> TypeGuard[sqlite3.DatabaseError]:

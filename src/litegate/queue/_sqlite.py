@@ -328,13 +328,25 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[int]:
     if before + len(rows) >= _MAX_ROWID:
         return [insert_one(conn, row) for row in rows]
     conn.executemany(_INSERT, rows)
-    ids = list(range(before + 1, before + 1 + len(rows)))
-    queue = rows[0][0]
+    first, last = before + 1, before + len(rows)
+    queue, now = rows[0][0], time.time()
     deltas: Deltas = {}
-    _enqueue(conn, queue, ((jid, r[1], r[2]) for jid, r in zip(ids, rows, strict=True)),
-             time.time(), deltas)  # fmt: skip
+    if all(r[2] <= now for r in rows):
+        # All due now (the common case): their ready entries in one statement,
+        # from the rows just written, with no tuples built here.
+        conn.execute(_READY_FROM_JOBS, (first, last))
+        _add(deltas, READY, 0, len(rows))
+    else:
+        jobs = ((jid, r[1], r[2]) for jid, r in zip(range(first, last + 1), rows, strict=True))
+        _enqueue(conn, queue, jobs, now, deltas)
     _count(conn, queue, deltas)
-    return ids
+    return list(range(first, last + 1))
+
+
+_READY_FROM_JOBS = (
+    f"INSERT INTO {READY_T} (queue, prio, run_at, id) "
+    f"SELECT queue, -priority, run_at, id FROM {JOBS} WHERE id BETWEEN ? AND ?"
+)
 
 
 _MAX_ROWID = 2**63 - 1
@@ -351,11 +363,9 @@ DELETE FROM {READY_T}
 RETURNING id
 """
 
-_FIRST_SCHEDULED = f"SELECT run_at FROM {SCHEDULED} WHERE queue = ? ORDER BY run_at LIMIT 1"
 _DUE = f"""
 DELETE FROM {SCHEDULED} WHERE queue = ?1 AND run_at <= ?2 RETURNING run_at, id, prio
 """
-_FIRST_LEASE = f"SELECT lease_until FROM {LEASED_T} WHERE queue = ? ORDER BY lease_until LIMIT 1"
 _EXPIRED = f"""
 DELETE FROM {LEASED_T} WHERE queue = ?1 AND lease_until <= ?2 RETURNING id, token, attempts
 """
@@ -384,19 +394,18 @@ def claim(
     now = time.time()
     until = now + lease
     deltas: Deltas = {}
-    _promote(conn, queue, now, deltas)
-    _sweep(conn, queue, now, deltas)
+    due, expired = conn.execute(_FIRSTS, (queue,)).fetchone()
+    if due is not None and due <= now:
+        _promote(conn, queue, now, deltas)
+    if expired is not None and expired <= now:
+        _sweep(conn, queue, now, deltas)
     taken = conn.execute(_TAKE, (queue, n)).fetchall()
     if taken:
-        ids = [r[0] for r in taken]
-        rows = conn.execute(_CLAIMED, (json.dumps(ids),)).fetchall()
+        ids = json.dumps([r[0] for r in taken])
+        conn.execute(_LEASE_TAKEN, (queue, until, token, ids))
+        rows = conn.execute(_CLAIMED, (ids,)).fetchall()
         # (neither RETURNING nor IN keeps the claim order)
         rows.sort(key=lambda r: (-r[3], r[4], r[0]))
-        leased = [(queue, until, r[0], token, r[2]) for r in rows]
-        if len(leased) == 1:
-            conn.execute(_INSERT_LEASED, leased[0])
-        else:
-            conn.executemany(_INSERT_LEASED, leased)
         _add(deltas, READY, 0, -len(rows))
         _add(deltas, LEASED, 0, len(rows))
     else:
@@ -405,11 +414,20 @@ def claim(
     return rows, until
 
 
+# When the first scheduled job falls due and the first lease runs out: two
+# seeks, one statement (most claims then need neither a move nor a sweep).
+_FIRSTS = f"""
+SELECT (SELECT run_at FROM {SCHEDULED} WHERE queue = ?1 ORDER BY run_at LIMIT 1),
+       (SELECT lease_until FROM {LEASED_T} WHERE queue = ?1 ORDER BY lease_until LIMIT 1)
+"""
+_LEASE_TAKEN = f"""
+INSERT INTO {LEASED_T} (queue, lease_until, id, token, attempts)
+SELECT ?1, ?2, id, ?3, attempts + 1 FROM {JOBS} WHERE id IN (SELECT value FROM json_each(?4))
+"""
+
+
 def _promote(conn: sqlite3.Connection, queue: str, now: float, deltas: Deltas) -> None:
-    """Scheduled jobs that fell due move to ready (a read when none did)."""
-    first = conn.execute(_FIRST_SCHEDULED, (queue,)).fetchone()
-    if first is None or first[0] > now:
-        return
+    """Scheduled jobs that fell due move to ready."""
     due = conn.execute(_DUE, (queue, now)).fetchall()
     conn.executemany(_INSERT_READY, [(queue, prio, run_at, jid) for run_at, jid, prio in due])
     for run_at, _jid, _prio in due:
@@ -423,10 +441,7 @@ _EXPIRED_ERROR = "lease expired before the job was acked (attempt {} of {})"
 def _sweep(conn: sqlite3.Connection, queue: str, now: float, deltas: Deltas) -> None:
     """Leases that ran out: the job goes back to its place (it keeps the
     token in its row, see claim), or to the dead letters if that was its
-    last attempt (a read when no lease ran out)."""
-    first = conn.execute(_FIRST_LEASE, (queue,)).fetchone()
-    if first is None or first[0] > now:
-        return
+    last attempt."""
     expired = conn.execute(_EXPIRED, (queue, now)).fetchall()
     back = []
     for jid, token, attempts in expired:
@@ -563,23 +578,36 @@ def ack(conn: sqlite3.Connection, now: float, owned: Sequence[Owned], queue: str
     (each once: the caller dedupes); return the ids that were not (the lost
     ones)."""
     deltas: Deltas = {}
-    held = _held(conn, queue, owned, deltas)
-    if held:
-        by_token: dict[int, list[int]] = {}
-        for jid, token, _until in owned:
-            if jid in held:
-                by_token.setdefault(token, []).append(jid)
-        for token, ids in by_token.items():
-            if len(ids) == 1:
-                conn.execute(_DONE_ONE, (now, held[ids[0]], token, ids[0]))
-            else:
-                conn.executemany(_DONE_ONE, [(now, held[jid], token, jid) for jid in ids])
-        _add(deltas, LEASED, 0, -len(held))
-        _add(deltas, DONE, 0, len(held))
+    leased = _unlease(conn, queue, owned)
+    swept: dict[int, int] = {}
+    if len(leased) < len(owned):
+        rest = [o for o in owned if o[0] not in leased]
+        swept = _reclaim_swept(conn, queue, rest, deltas)
+    by_token: dict[int, list[int]] = {}
+    for jid, token, _until in owned:
+        if jid in leased:
+            by_token.setdefault(token, []).append(jid)
+        elif jid in swept:  # (rare: its row's attempts are already this one's)
+            conn.execute(_DONE_ONE, (now, swept[jid], token, jid))
+    for token, ids in by_token.items():
+        # A leased job's row has the attempts before its lease: one more now.
+        # Jobs a claim took together, one statement.
+        if len(ids) == 1:
+            conn.execute(_DONE_ONE, (now, leased[ids[0]], token, ids[0]))
+        else:
+            conn.execute(_DONE_MANY, (now, token, json.dumps(ids)))
+    done = len(leased) + len(swept)
+    if done:
+        _add(deltas, LEASED, 0, -done)
+        _add(deltas, DONE, 0, done)
         _count(conn, queue, deltas)
-    return [o[0] for o in owned if o[0] not in held]
+    return [o[0] for o in owned if o[0] not in leased and o[0] not in swept]
 
 
+_DONE_MANY = (
+    f"UPDATE {JOBS} SET state = 2, done_at = ?1, attempts = attempts + 1, token = ?2 "
+    "WHERE id IN (SELECT value FROM json_each(?3)) AND state = 0"
+)
 _DONE_ONE = (
     f"UPDATE {JOBS} SET state = 2, done_at = ?, attempts = ?, token = ? WHERE id = ? AND state = 0"
 )

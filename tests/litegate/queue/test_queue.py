@@ -742,9 +742,11 @@ def test_every_hot_statement_uses_an_index(db_path: str) -> None:
     statements: list[tuple[str, Any]] = [
         (_sqlite._TAKE, ("q", 10)),
         (_sqlite._CLAIMED, ("[1,2]",)),
-        (_sqlite._FIRST_SCHEDULED, ("q",)),
+        (_sqlite._FIRSTS, ("q",)),
+        (_sqlite._LEASE_TAKEN, ("q", 1.0, 1, "[1,2]")),
+        (_sqlite._READY_FROM_JOBS, (1, 10)),
+        (_sqlite._DONE_MANY, (1.0, 1, "[1,2]")),
         (_sqlite._DUE, ("q", 1.0)),
-        (_sqlite._FIRST_LEASE, ("q",)),
         (_sqlite._EXPIRED, ("q", 1.0)),
         (_sqlite._UNLEASE_ONE, ("q", 1.0, 1, 1)),
         (_sqlite._UNLEASE_MANY, ("q", "[[1.0,1],[2.0,2]]", 1)),
