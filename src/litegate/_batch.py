@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._busy import is_busy
 from ._errors import ConfigError, TransactionError
@@ -41,9 +41,6 @@ from ._guard import RELEASE, ROLLBACK, ROLLBACK_TO, SAVEPOINT, WriterConnection
 from ._statements import TX, VACUUM
 from ._statements import kind as statement_kind
 from ._time import acquire_until, deadline_of
-
-if TYPE_CHECKING:
-    from ._combine import Ship
 
 T = TypeVar("T")
 _PENDING, _TAKEN, _LEAD, _DONE = range(4)
@@ -115,6 +112,21 @@ class Request:
         # A thread that must wait sleeps on ``wake``, made (under the queue's
         # mutex) only when it does: a caller that leads at once needs none.
         self.wake: threading.Lock | None = None
+
+
+class Ship(Protocol):
+    """``GroupCommit.ship``: offered each batch before the gate is taken
+    (``_combine.Ship``); settles it elsewhere and returns True, or returns
+    False to run it here. ``in_turn(fn, deadline)`` runs ``fn(conn)`` in a
+    transaction of its own with the gate held, if the batch must be settled
+    here after all."""
+
+    def __call__(
+        self,
+        batch: list[Request],
+        deadline: float | None,
+        in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
+    ) -> bool: ...
 
 
 class SizeHistogram:

@@ -61,15 +61,25 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._batch import GroupCommit, Request, refusal
 from ._errors import Closed, Error, WriteTimeout
 from ._guard import RELEASE, ROLLBACK_TO, SAVEPOINT, WriterConnection
 from ._time import acquire_until
 
-if TYPE_CHECKING:
-    from ._gate import FileGate
+
+class Role(Protocol):
+    """What a client's hook needs of the file's gate in its process
+    (``FileGate``): this process's combiner if it combines, the published
+    combiner's socket name otherwise, and taking the role."""
+
+    @property
+    def combiner(self) -> Combiner | None: ...
+
+    def combiner_nonce(self) -> int | None: ...
+
+    def try_combine(self) -> bool: ...
 
 RECORD = "litegate_combined"
 _RECORD_SCHEMA = (
@@ -769,7 +779,7 @@ class Ship:
     values) or finds no combiner runs here, through the gate. If no process
     combines, this one takes the role."""
 
-    def __init__(self, gate: FileGate) -> None:
+    def __init__(self, gate: Role) -> None:
         self.gate = gate
         self.shipper = Shipper()
 
