@@ -570,10 +570,21 @@ class Worker:
         # run without an idle wait; claim(wait=...) only when other workers'
         # or scheduled jobs may still come.
         quick = self._burst
+        # A step claims for at least half of the slots when it can: one that
+        # refilled each slot as it freed would take the write gate once per
+        # job. It waits for them at most ack_delay (which also bounds how
+        # long a finished job waits to be settled), unless it has nothing
+        # running at all.
+        low = max(1, (self._concurrency + self._prefetch) // 2)
         while True:
             with self._lock:
                 while not self._stopping and self._free() <= 0:
                     self._cond.wait()
+                if not self._stopping and self._free() < low and self._running:
+                    self._cond.wait_for(
+                        lambda: self._stopping or self._free() >= low or not self._running,
+                        timeout=self._ack_delay,
+                    )
                 if self._stopping:
                     return
                 n = self._free()
