@@ -174,7 +174,8 @@ class _Isolate(Exception):
 
 
 def apply_all(conn: WriterConnection, works: Sequence[Work],
-              refusal: Callable[[str], Exception | None]) -> None:  # fmt: skip
+              refusal: Callable[[str], Exception | None],
+              max_time: float = math.inf) -> list[Work]:  # fmt: skip
     """A turn's batches, in order, in the open transaction, each once, each
     recorded under its ``(client, seq)`` in the same transaction (client 0,
     the combiner's own process, has nothing to record).
@@ -185,10 +186,18 @@ def apply_all(conn: WriterConnection, works: Sequence[Work],
     through the gate, after this turn or before it: after, it finds this
     turn's record; before, this check sees its socket closed and the batch
     does not run here. (:func:`apply`, at home, reads the record instead.)
-    Raises :class:`_Isolate` for a batch that must fail alone."""
+    Raises :class:`_Isolate` for a batch that must fail alone.
+
+    Bounded: once the batches have run for ``max_time`` seconds, the rest
+    wait for the next turn; they are returned (not run, not recorded)."""
     records = []
     now = time.time()
-    for w in works:
+    started = time.monotonic()
+    later: list[Work] = []
+    for i, w in enumerate(works):
+        if i and time.monotonic() - started >= max_time:
+            later = list(works[i:])
+            break
         if w.waiting is not None and not w.waiting():
             continue  # its client settles it at home (w.outcomes stays None)
         w.outcomes = _run(conn, w, refusal)
@@ -203,6 +212,7 @@ def apply_all(conn: WriterConnection, works: Sequence[Work],
                 raise
             conn.execute(_RECORD_SCHEMA)
             conn.executemany(_RECORD_PUT, records)
+    return later
 
 
 def _run(conn: WriterConnection, w: Work,
@@ -530,10 +540,13 @@ class Combiner:
                 w = self._queue.popleft()
                 works.append(w)
                 n += len(w.statements)
+        later: list[Work] = []
         while works:
             try:
-                self.batcher.in_turn(
-                    partial(apply_all, works=works, refusal=refusal),
+                later = self.batcher.in_turn(
+                    partial(
+                        apply_all, works=works, refusal=refusal, max_time=self.batcher.max_time
+                    ),
                     time.monotonic() + self.GATE_LOOK,
                 )
             except _Isolate as isolated:  # it fails alone; the rest run again
@@ -551,6 +564,9 @@ class Combiner:
                     w.answer("failed", exc)
                 return
             break
+        if later:  # past the turn's time bound: first in line for the next turn
+            with self._lock:
+                self._queue.extendleft(reversed(later))
         if not works:
             return
         self.turns += 1

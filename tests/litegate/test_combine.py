@@ -238,3 +238,29 @@ def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> Non
         db.close()
     assert not (tmp_path / "owned").exists()
     assert [v for _, v in rows(path)] == ["combiner", "first", "after"]
+
+
+def test_a_turn_is_bounded_in_time_and_the_rest_waits_for_the_next(path: str) -> None:
+    """Past the group commit's time bound a turn takes no more batches: they
+    come back, not run and not recorded, for the next turn, in order."""
+    from functools import partial
+
+    from litegate import _combine
+    from litegate._batch import refusal
+
+    db = litegate.connect(path)
+    batcher = db._process_state().batcher
+    works = [
+        _combine.Work(k + 1, 1, [("INSERT INTO t(v) VALUES (?)", (f"w{k}",), False)], print)
+        for k in range(3)
+    ]
+    later = batcher.in_turn(
+        partial(_combine.apply_all, works=works, refusal=refusal, max_time=0.0), None
+    )
+    assert later == works[1:]
+    assert works[0].outcomes is not None
+    assert [w.outcomes for w in works[1:]] == [None, None]
+    assert [v for _, v in rows(path)] == ["w0"]
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT client FROM litegate_combined").fetchall() == [(1,)]
+    db.close()
