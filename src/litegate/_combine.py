@@ -388,17 +388,19 @@ class _Reader:
         receive timeout apply: ``BlockingIOError`` when that runs out)."""
         buf = self._buf
         while True:
-            if len(buf) >= _LEN.size:
-                (n,) = _LEN.unpack_from(buf)
-                if n > _MAX_MESSAGE:
+            have = len(buf)
+            if have >= 4:
+                end = 4 + _LEN.unpack_from(buf)[0]
+                if end > _MAX_MESSAGE:
                     raise ConnectionError("a message larger than litegate sends")
-                end = _LEN.size + n
-                if len(buf) >= end:
-                    message = _loads(bytes(buf[_LEN.size : end]))
+                if have >= end:
+                    message = _loads(bytes(buf[4:end]))
                     del buf[:end]
                     return message
-            part = self.sock.recv(max(65536, (_LEN.unpack_from(buf)[0] + 4 - len(buf))
-                                      if len(buf) >= _LEN.size else 65536))  # fmt: skip
+                want = end - have
+            else:
+                want = 65536
+            part = self.sock.recv(max(want, 65536))
             if not part:
                 raise ConnectionError("the other end went away")
             buf += part
@@ -878,14 +880,15 @@ def _plain(params: Any, many: bool) -> bool:
     """Parameters that mean the same in another process: plain values in a
     tuple, list or dict (not objects that this process's sqlite3 adapters
     would turn into values)."""
-    rows = params if many else (params,)
-    if many and not isinstance(params, (list, tuple)):
+    if not many:
+        values = params.values() if isinstance(params, dict) else params
+        return isinstance(values, (tuple, list, _DICT_VALUES)) and all(
+            type(v) in _PLAIN_TYPES for v in values
+        )
+    if not isinstance(params, (list, tuple)):
         return False  # (a generator: shipping would consume it)
-    for row in rows:
-        values = row.values() if isinstance(row, dict) else row
-        if not isinstance(values, (tuple, list, type({}.values()))):
-            return False
-        for v in values:
-            if not isinstance(v, _PLAIN):
-                return False
-    return True
+    return all(_plain(row, False) for row in params)
+
+
+_PLAIN_TYPES: frozenset[type] = frozenset(_PLAIN) | {bool}
+_DICT_VALUES: type = type({}.values())
