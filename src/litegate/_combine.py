@@ -881,7 +881,7 @@ def _plain(params: Any, many: bool) -> bool:
     tuple, list or dict (not objects that this process's sqlite3 adapters
     would turn into values)."""
     if not many:
-        values = params.values() if isinstance(params, dict) else params
+        values: Any = params.values() if isinstance(params, dict) else params
         return isinstance(values, (tuple, list, _DICT_VALUES)) and all(
             type(v) in _PLAIN_TYPES for v in values
         )
@@ -890,5 +890,5 @@ def _plain(params: Any, many: bool) -> bool:
     return all(_plain(row, False) for row in params)
 
 
-_PLAIN_TYPES: frozenset[type] = frozenset(_PLAIN) | {bool}
+_PLAIN_TYPES: frozenset[type] = frozenset((*_PLAIN, bool))
 _DICT_VALUES: type = type({}.values())
