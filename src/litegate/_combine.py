@@ -81,6 +81,7 @@ class Role(Protocol):
 
     def try_combine(self) -> bool: ...
 
+
 RECORD = "litegate_combined"
 _RECORD_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {RECORD} (client INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
@@ -881,14 +882,12 @@ def _plain(params: Any, many: bool) -> bool:
     tuple, list or dict (not objects that this process's sqlite3 adapters
     would turn into values)."""
     if not many:
-        values: Any = params.values() if isinstance(params, dict) else params
-        return isinstance(values, (tuple, list, _DICT_VALUES)) and all(
-            type(v) in _PLAIN_TYPES for v in values
-        )
+        if isinstance(params, dict):
+            return all(type(v) in _PLAIN_TYPES for v in params.values())
+        return isinstance(params, (tuple, list)) and all(type(v) in _PLAIN_TYPES for v in params)
     if not isinstance(params, (list, tuple)):
         return False  # (a generator: shipping would consume it)
     return all(_plain(row, False) for row in params)
 
 
 _PLAIN_TYPES: frozenset[type] = frozenset((*_PLAIN, bool))
-_DICT_VALUES: type = type({}.values())
