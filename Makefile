@@ -8,7 +8,7 @@ HEY    := .tools/bin/hey
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ demo: $(STAMP) $(HEY)
 	$(VENV)/bin/litegate bench tasks --quick --out results/demo-tasks
 	$(VENV)/bin/litegate bench web --quick --out results/demo-web
 
-test: lint typecheck unit django-suite sqlalchemy-suite
+test: lint typecheck unit django-suite django-cache-suite sqlalchemy-suite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo
@@ -80,6 +80,14 @@ soak: $(STAMP)
 # fails a test the stock engine passes (~45 s).
 django-suite: $(STAMP)
 	$(PY) tests/django_suite/run.py
+
+# Django's own cache tests (cache.tests.BaseCacheTests, from its source
+# distribution) against litegate.django.cache.LitegateCache, on its own file
+# and in the app's database, and DBCacheTests against DatabaseCache in the
+# same invocation: fails if LitegateCache fails a test DatabaseCache passes
+# (~30 s).
+django-cache-suite: $(STAMP)
+	$(PY) tests/django_suite/cache_run.py
 
 # The same on Django 4.2 LTS (python3) and Django 6.x (python3.13), each in
 # its own venv (.venv-django42, .venv-django6), then tests/litegate/django
