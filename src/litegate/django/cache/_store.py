@@ -45,6 +45,7 @@ PRAGMAS: dict[str, Any] = {
 # eviction or expiry transaction deletes at most, and how long one sweep of
 # the expired rows may read for.
 SWEEP_SECONDS = 1.0
+BACKGROUND = True  # False: no sweeper thread (tests that sweep by hand)
 BATCH = 500
 SCAN_IDS = 5000
 SCAN_SECONDS = 0.02
@@ -230,6 +231,8 @@ class Store:
 
     def start_sweeper(self) -> None:
         """The sweeper thread of this process (started again in a forked child)."""
+        if not BACKGROUND:
+            return
         if self._sweeper is not None and self._pid == os.getpid():
             return
         with self._lock:

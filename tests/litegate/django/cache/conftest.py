@@ -33,5 +33,13 @@ def make_cache(tmp_path: Path) -> Iterator[MakeCache]:
 
 
 @pytest.fixture
+def by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No sweeper thread: the test sweeps with cache.sweep(), and counts are exact."""
+    from litegate.django.cache import _store
+
+    monkeypatch.setattr(_store, "BACKGROUND", False)
+
+
+@pytest.fixture
 def cache(make_cache: MakeCache) -> LitegateCache:
     return make_cache()

@@ -108,6 +108,7 @@ def test_timeouts_none_zero_default_and_touch(make_cache: MakeCache) -> None:
     assert cache.touch("missing") is False
 
 
+@pytest.mark.usefixtures("by_hand")
 def test_expired_reads_are_deleted_by_the_sweeper(cache: LitegateCache) -> None:
     cache.set_many({f"k{i}": i for i in range(5)}, timeout=0.05)
     cache.set("live", 1)
