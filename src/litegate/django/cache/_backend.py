@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 import litegate
 from litegate.aio import AsyncDatabase
 
-from ._store import ROW_OVERHEAD, Store, Table, open_store
+from ._store import READERS, ROW_OVERHEAD, Store, Table, open_store
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ _OPTIONS = {
     "table": f"the table's name (default {DEFAULT_TABLE!r})",
     "profile": "litegate's profile for the cache file",
     "pragmas": "PRAGMAs over the cache profile",
-    "readers": "read connections per process (default 4)",
+    "readers": f"read connections per process, opened as needed (default {READERS})",
     "timeout": "seconds a call may wait for the write gate or a read connection",
     # Django's own culling options, honoured as Django's backends do
     "MAX_ENTRIES": "Django's: cull when this many entries are there (see the README)",
@@ -138,7 +138,7 @@ class LitegateCache(BaseCache):
         if pragmas is not None and not isinstance(pragmas, Mapping):
             raise CacheSettingsError(f"{where}['pragmas'] must be a dict, got {pragmas!r}")
         self._pragmas = dict(pragmas) if pragmas else None
-        readers = options.get("readers", 4)
+        readers = options.get("readers", READERS)
         if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
             raise CacheSettingsError(f"{where}['readers'] must be a whole number >= 1")
         self._readers = readers
