@@ -120,15 +120,14 @@ def check(
         if not ok:
             lost[api] += 1
             if t <= horizon:
-                lost_before_sync += 1
+                if api.startswith("cache_"):
+                    anomalies["cache lost before its sync"] += 1
+                else:
+                    lost_before_sync += 1
 
     error = seen.get("error")
     integrity = seen.get("integrity")
-    cache_corrupt = "cache_integrity" in seen or "cache_error" in seen
-    cache_corrupt = cache_corrupt and (
-        bool(seen.get("cache_error")) or seen.get("cache_integrity") != ["ok"]
-    )
-    corrupt = bool(error) or integrity != ["ok"] or cache_corrupt
+    corrupt = bool(error) or integrity != ["ok"]
     if error and "rows" not in seen:  # nothing readable: every acknowledgement counts as lost
         for unit, got in ledger.acked.items():
             for t in got.values():
@@ -234,7 +233,8 @@ def _verdict(
             seen.get("cache_error")
             or ("cache_integrity" in seen and seen["cache_integrity"] != ["ok"])
         ),
-        "error": seen.get("error") or seen.get("cache_error"),
+        "error": seen.get("error"),
+        "cache_error": seen.get("cache_error"),
         "integrity": (seen.get("integrity") or [])[:5],
         "anomalies": {k: v for k, v in anomalies.items() if v},
     }
