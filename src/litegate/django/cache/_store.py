@@ -156,6 +156,8 @@ class Table:
     def wrote(self, size: int, rows: int = 1) -> None:
         """``rows`` sets of ``size`` bytes in all: wake the sweeper once this
         process has written 1 % of a bound since the last sweep."""
+        if self.store._sweeper is None:  # (a forked child starts its own)
+            self.store.start_sweeper()
         self.written += size
         self.rows_written += rows
         by_bytes = self.max_bytes is not None and self.written * 100 >= self.max_bytes
@@ -242,17 +244,9 @@ class Store:
         """The sweeper thread of this process (started again in a forked child)."""
         if not BACKGROUND:
             return
-        if self._sweeper is not None and self._pid == os.getpid():
+        if self._sweeper is not None:
             return
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
-                self._pid = os.getpid()
-                self._sweeper = None
-                self._wake = threading.Event()
-                self._stop = threading.Event()
-                for t in self.tables.values():
-                    t.expired = set()
-                    t.written = t.rows_written = 0
             if self._sweeper is None:
                 ref = weakref.ref(self)
                 thread = threading.Thread(
@@ -341,6 +335,21 @@ class Store:
         table.scan_at = pos
         return deleted
 
+    def forget_parent(self) -> None:
+        """In a forked child: the parent's sweeper, asyncio threads and locks
+        are not here; start afresh (litegate's Database reopens its own
+        connections)."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._sweeper = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._adb = None
+        for t in self.tables.values():
+            t.lock = threading.Lock()
+            t.expired = set()
+            t.written = t.rows_written = 0
+
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -373,6 +382,17 @@ def _sweep_forever(ref: Callable[[], Store | None], wake: threading.Event,
 # -- the stores of this process ---------------------------------------------
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _STORES_LOCK
+    _STORES_LOCK = threading.Lock()  # the parent's may be held for ever
+    for store in list(_STORES.values()):
+        store.forget_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def open_store(

@@ -97,3 +97,37 @@ def test_add_across_processes_adds_once(tmp_path: Path) -> None:
     flat = [a for g in got for a in g]
     assert len(flat) == PROCESSES * THREADS
     assert flat.count(True) == 1
+
+
+def test_a_forked_child_has_its_own_sweeper_and_asyncio_threads(tmp_path: Path) -> None:
+    """The parent's sweeper and litegate.aio threads do not exist in a
+    forked child: the child starts its own, and both faces work there."""
+    import asyncio
+    import os
+
+    cache = LitegateCache(str(tmp_path / "cache.sqlite3"), {})
+    cache.set("k", 1)
+    assert asyncio.run(cache.aget("k")) == 1
+    store = cache._tbl.store  # type: ignore[union-attr]
+    parent_sweeper = store._sweeper
+    assert parent_sweeper is not None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        os.close(r)
+        try:
+            fresh = store._sweeper is None and store._adb is None
+            cache.set("k", 2)
+            got = asyncio.run(cache.aincr("k", 3))
+            msg = f"{fresh} {got} {store._sweeper is not None and store._sweeper.is_alive()}"
+        except BaseException as exc:
+            msg = repr(exc)
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        msg = pipe.read()
+    os.waitpid(pid, 0)
+    assert msg == "True 5 True"
+    assert cache.get("k") == 5
+    assert store._sweeper is parent_sweeper
