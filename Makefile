@@ -8,7 +8,7 @@ HEY    := .tools/bin/hey
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: demo test lint typecheck unit fuse django-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-web hey clean
+.PHONY: demo test lint typecheck unit fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-cache bench-web hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,16 +22,17 @@ $(HEY):
 hey: $(HEY)
 
 # The showcase, then the quick version of each lab experiment (~3 minutes).
-demo: $(STAMP) $(HEY)
+demo: $(STAMP) $(HEY) redis
 	$(PY) demo/showcase.py --seconds 3
 	$(VENV)/bin/litegate bench contention --quick --out results/demo-contention
 	$(VENV)/bin/litegate bench fairness --quick --out results/demo-fairness
 	$(VENV)/bin/litegate bench micro --quick --out results/demo-micro
 	$(VENV)/bin/litegate bench queue --quick --out results/demo-queue
 	$(VENV)/bin/litegate bench tasks --quick --out results/demo-tasks
+	$(VENV)/bin/litegate bench cache --quick --out results/demo-cache
 	$(VENV)/bin/litegate bench web --quick --out results/demo-web
 
-test: lint typecheck unit django-suite sqlalchemy-suite
+test: lint typecheck unit django-suite django-cache-suite sqlalchemy-suite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo
@@ -40,7 +41,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src tests demo
 
-unit: $(STAMP) $(HEY) fuse
+unit: $(STAMP) $(HEY) fuse redis
 	$(VENV)/bin/pytest
 
 # libfuse 3 for the power-cut filesystem of `bench durability` and its tests:
@@ -55,6 +56,20 @@ fuse:
 			|| echo "apt-get could not install fuse3: the power-cut tests will skip"; \
 	else \
 		echo "libfuse 3 is missing and this is not root with apt-get: the power-cut tests will skip"; \
+	fi
+
+# Debian's redis-server for `bench cache` and `bench web --cache` (RedisCache,
+# the comparison) and their tests: installed where missing (as root, with
+# apt-get). Where it cannot be had, redis is left out of those with a note.
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's redis-server for the cache bench"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+			|| echo "apt-get could not install redis-server: the cache bench leaves redis out"; \
+	else \
+		echo "redis-server is missing and this is not root with apt-get: the cache bench leaves redis out"; \
 	fi
 
 # Issue 21's long run: 200 power cuts per profile at random moments, writers on
@@ -80,6 +95,14 @@ soak: $(STAMP)
 # fails a test the stock engine passes (~45 s).
 django-suite: $(STAMP)
 	$(PY) tests/django_suite/run.py
+
+# Django's own cache tests (cache.tests.BaseCacheTests, from its source
+# distribution) against litegate.django.cache.LitegateCache, on its own file
+# and in the app's database, and DBCacheTests against DatabaseCache in the
+# same invocation: fails if LitegateCache fails a test DatabaseCache passes
+# (~30 s).
+django-cache-suite: $(STAMP)
+	$(PY) tests/django_suite/cache_run.py
 
 # The same on Django 4.2 LTS (python3) and Django 6.x (python3.13), each in
 # its own venv (.venv-django42, .venv-django6), then tests/litegate/django
@@ -145,6 +168,12 @@ bench-queue-scale: $(STAMP)
 # stock engine, 3 runs (~2 minutes).
 bench-tasks: $(STAMP)
 	$(VENV)/bin/litegate bench tasks --runs 3 --out results/tasks
+
+# Issue 37: Django's cache backends (LitegateCache, DatabaseCache,
+# FileBasedCache, RedisCache on a throwaway redis-server) in one run, every
+# workload, both value sizes, six PxT cells, 3 runs (~30 minutes).
+bench-cache: $(STAMP) redis
+	$(VENV)/bin/litegate bench cache --runs 3 --out results/cache
 
 # Seed 003 in full, the app in Django (gunicorn; four engine configurations)
 # and in FastAPI (uvicorn; three): the headline cell three times, the balanced

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import contention, durability, fairness, micro, queue, tasks, web
+from . import cache, contention, durability, fairness, micro, queue, tasks, web
 from ._args import positive_float as _positive_float
 from ._args import positive_int as _positive_int
 from ._progress import Progress
@@ -36,6 +36,7 @@ class Experiment(Protocol):
 
 
 EXPERIMENTS: dict[str, Experiment] = {
+    cache.NAME: cache,
     contention.NAME: contention,
     durability.NAME: durability,
     fairness.NAME: fairness,

@@ -84,15 +84,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="share of cuts with a thread calling db.checkpoint() at random (default 0.5)",
     )  # fmt: skip
     p.add_argument(
-        "--writers", type=csv(tuple(a.name for a in _work.ACTORS)),
+        "--writers", type=csv(tuple(a.name for a in _work.ALL_ACTORS)),
         default=tuple(a.name for a in _work.ACTORS), metavar="LIST",
-        help="writer processes (default: core1,core2,producer,worker,django)",
+        help="writer processes (default: core1,core2,producer,worker,django; cache: "
+        "LitegateCache on its own file beside the database)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cache-pragmas", type=_pragmas, default=(), metavar="NAME=VALUE[,...]",
+        help="the cache writer's PRAGMAs over LitegateCache's own (e.g. synchronous=OFF)",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one)")
     p.add_argument(
         "--work-dir", default=None, metavar="DIR",
         help="where the filesystem's backing directories go (default: the system's temp dir)",
     )  # fmt: skip
+
+
+def _pragmas(text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in text.split(","):
+        name, eq, value = item.strip().partition("=")
+        if not eq or not name.isidentifier() or not value:
+            raise argparse.ArgumentTypeError(f"NAME=VALUE, comma-separated; got {text!r}")
+        out.append((name, value))
+    return tuple(out)
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -112,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         seed=args.seed,
         work_dir=args.work_dir,
         actors=tuple(args.writers),
+        cache_pragmas=tuple(args.cache_pragmas),
     )
 
 
@@ -198,6 +214,10 @@ def render(result: dict[str, Any]) -> str:
             notes.append(f"{name}: anomalies {s['anomalies']}")
         if s["errors_before_cut"]:
             notes.append(f"{name}: calls that raised before the cut {s['errors_before_cut']}")
+        if s.get("cache_corruptions"):
+            notes.append(
+                f"{name}: the cache file was corrupt after {s['cache_corruptions']} cut(s)"
+            )
         if s["crashed"] or s["never_ready"]:
             notes.append(
                 f"{name}: {s['crashed']} cut(s) with a writer that ended before the cut, "

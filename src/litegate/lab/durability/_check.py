@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._work import PARTS
+from ._work import PARTS, cache_value
 
 _API = re.compile(r"^(?P<api>[a-z_]+?)\d+$")
 
@@ -95,10 +95,16 @@ def _holes(present: set[int], failed: set[int]) -> int:
 
 
 def check(
-    r: int, ledger: Ledger, seen: dict[str, Any], horizon_ns: int, carry: Carry
+    r: int,
+    ledger: Ledger,
+    seen: dict[str, Any],
+    horizon_ns: int,
+    carry: Carry,
+    cache_horizon_ns: int = 0,
 ) -> dict[str, Any]:
     """One cut's verdict. ``horizon_ns``: when the WAL's last fsync began
-    (0: none since the file got its durable name)."""
+    (0: none since the file got its durable name); ``cache_horizon_ns``:
+    the same for the cache writer's file (its units are ``cache_*``)."""
     acked: Counter[str] = Counter()
     lost: Counter[str] = Counter()
     lost_before_sync = 0
@@ -107,13 +113,17 @@ def check(
 
     def tally(api: str, t: int, ok: bool) -> None:
         nonlocal lost_before_sync, exposed
+        horizon = cache_horizon_ns if api.startswith("cache_") else horizon_ns
         acked[api] += 1
-        if t > horizon_ns:
+        if t > horizon:
             exposed += 1
         if not ok:
             lost[api] += 1
-            if t <= horizon_ns:
-                lost_before_sync += 1
+            if t <= horizon:
+                if api.startswith("cache_"):
+                    anomalies["cache lost before its sync"] += 1
+                else:
+                    lost_before_sync += 1
 
     error = seen.get("error")
     integrity = seen.get("integrity")
@@ -133,6 +143,13 @@ def check(
     parts: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for w, n, part in seen["rows"]:
         parts[w][n].add(part)
+    # the cache writer's entries ("unit:n:part" -> its value), as rows
+    for key, value in (seen.get("cache_rows") or {}).items():
+        unit, n, part = key.rsplit(":", 2)
+        if value != cache_value(key):
+            anomalies["cache value"] += 1
+            continue
+        parts[unit][int(n)].add(int(part))
     for unit in set(parts) | set(ledger.acked):
         api = api_of(unit)
         want = PARTS.get(api, 1)
@@ -212,7 +229,12 @@ def _verdict(
         "acked_by_api": dict(acked),
         "lost_by_api": dict(lost),
         "corrupt": corrupt,
+        "cache_corrupt": bool(
+            seen.get("cache_error")
+            or ("cache_integrity" in seen and seen["cache_integrity"] != ["ok"])
+        ),
         "error": seen.get("error"),
+        "cache_error": seen.get("cache_error"),
         "integrity": (seen.get("integrity") or [])[:5],
         "anomalies": {k: v for k, v in anomalies.items() if v},
     }

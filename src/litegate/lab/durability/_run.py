@@ -41,6 +41,8 @@ class Config:
     seed: int | None = None
     work_dir: str | None = None  # where the backing directories go (default: the system's temp)
     actors: tuple[str, ...] = tuple(a.name for a in _work.ACTORS)
+    # the cache writer's PRAGMAs over LitegateCache's own (with --writers ...,cache)
+    cache_pragmas: tuple[tuple[str, str], ...] = ()
 
 
 def _ctx() -> Any:
@@ -97,7 +99,7 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     progress.total = float(len(cfg.profiles) * cfg.cuts)
     seed = cfg.seed if cfg.seed is not None else random.randrange(1 << 31)
     rng = random.Random(seed)
-    actors = tuple(a for a in _work.ACTORS if a.name in cfg.actors)
+    actors = tuple(a for a in _work.ALL_ACTORS if a.name in cfg.actors)
     out: dict[str, Any] = {}
     for profile in cfg.profiles:
         cuts = _profile(cfg, profile, actors, rng, progress)
@@ -127,6 +129,8 @@ def _profile(
         mount.start()
         try:
             in_child(_work.setup, os.path.join(mnt, DB), profile)
+            if any(a.kind == "cache" for a in actors):
+                in_child(_work.setup_cache, os.path.join(mnt, DB), dict(cfg.cache_pragmas))
             mount.sync()  # installed, then synced: the starting point is durable
             carry = _check.Carry()
             for r in range(1, cfg.cuts + 1):
@@ -164,7 +168,7 @@ def _one_cut(
             "db": path, "profile": profile, "round": r, "index": i, "slot": slot,
             "log": os.path.join(rdir, f"{actor.name}.log"), "phase": phase,
             "seed": rng.randrange(1 << 31), "seconds": cfg.run_max + 60.0,
-            "by_hand": by_hand,
+            "by_hand": by_hand, "cache_pragmas": dict(cfg.cache_pragmas),
         }  # fmt: skip
         p = ctx.Process(target=_work.run_actor, args=(spec,), daemon=True)
         p.start()
@@ -202,8 +206,12 @@ def _one_cut(
     }
     mount.start()
     seen = in_child(_work.look, path, profile, r, carry.last_job, sorted(ledger.acks))
+    has_cache = any(a.kind == "cache" for a in actors)
+    if has_cache:
+        seen.update(in_child(_work.look_cache, _work.cache_path(path), r))
     horizon = _horizon(report)
-    verdict = _check.check(r, ledger, seen, horizon, carry)
+    cache_horizon = _horizon(report, _work.CACHE_DB) if has_cache else 0
+    verdict = _check.check(r, ledger, seen, horizon, carry, cache_horizon)
     carry = _check.advance(carry, r, seen)
     cut_ns = int(report.at_cut["monotonic_ns"])
     shutil.rmtree(rdir)
@@ -240,10 +248,10 @@ def _tail(path: str, chars: int = 2000) -> str:
         return ""
 
 
-def _horizon(report: CutReport) -> int:
+def _horizon(report: CutReport, db: str = DB) -> int:
     """When the WAL's last fsync began (everything written before it was
     durable from then on), or 0."""
-    wal = report.at_cut["files"].get("/" + DB + "-wal")
+    wal = report.at_cut["files"].get("/" + db + "-wal")
     if not wal or not wal["durable_name"]:
         return 0
     return int(wal["last_sync_ns"])
@@ -275,8 +283,9 @@ def _recover_copy(backing: str, tmp: str, profile: str) -> float | None:
 
 
 _WRITES = {"execute", "executemany", "write", "transact", "put", "put_many", "claim", "ack",
-           "ack_many", "atomic", "autocommit"}  # fmt: skip
-_BATCHED = {"execute", "executemany", "transact", "put", "put_many", "claim", "ack", "ack_many"}
+           "ack_many", "atomic", "autocommit", "cache_set", "cache_set_many"}  # fmt: skip
+_BATCHED = {"execute", "executemany", "transact", "put", "put_many", "claim", "ack", "ack_many",
+            "cache_set", "cache_set_many"}  # fmt: skip
 
 
 def moments(
@@ -341,6 +350,7 @@ def summarise(cuts: list[dict[str, Any]]) -> dict[str, Any]:
         "lost_before_sync": sum(c["lost_before_sync"] for c in cuts),
         "exposed_max": max((c["exposed"] for c in cuts), default=0),
         "corruptions": sum(1 for c in cuts if c["corrupt"]),
+        "cache_corruptions": sum(1 for c in cuts if c.get("cache_corrupt")),
         "anomalies": dict(anomalies),
         "recovery_ms_p50": _pct(rec, 0.5),
         "recovery_ms_max": max(rec, default=None),
@@ -392,9 +402,25 @@ def targets(profiles: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                 "value": f"{s['lost']} lost of {s['acked']} in {s['cuts']} crashes",
                 "met": s["lost"] == 0,
             })  # fmt: skip
+    if "cache" in cfg.actors:
+        pragmas = ", ".join(f"{k}={v}" for k, v in cfg.cache_pragmas) or "its own PRAGMAs"
+        for p, v in profiles.items():
+            s = v["summary"]
+            got = s["by_api"]
+            acked = sum(x["acked"] for a, x in got.items() if a.startswith("cache_"))
+            lost = sum(x["lost"] for a, x in got.items() if a.startswith("cache_"))
+            early = s["anomalies"].get("cache lost before its sync", 0)
+            wrong = s["anomalies"].get("cache value", 0)
+            out.append({
+                "target": f"{p}: the cache file ({pragmas}) is never corrupted and keeps what "
+                          "was set before its last fsync; a cut may lose recent sets",
+                "value": f"{s['cache_corruptions']} corrupt in {s['cuts']} cuts, {early} lost "
+                         f"before its last fsync; {lost} of {acked} acknowledged sets lost",
+                "met": s["cache_corruptions"] == 0 and early == 0 and wrong == 0,
+            })  # fmt: skip
     for p, v in profiles.items():
         s = v["summary"]
-        bad = sum(s["anomalies"].values())
+        bad = sum(n for k, n in s["anomalies"].items() if not k.startswith("cache "))
         out.append({
             "target": f"{p}: 0 corruptions, 0 anomalies, nothing lost that was acknowledged "
                       "before the WAL's last fsync",

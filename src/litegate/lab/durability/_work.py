@@ -58,12 +58,19 @@ OPS = {
     "ack_many": 10,
     "atomic": 11,
     "autocommit": 12,
+    "cache_set": 13,
+    "cache_set_many": 14,
 }
 OP_NAMES = {v: k for k, v in OPS.items()}
 
 # How many rows one unit of each API writes (all in one transaction): the
 # check finds a unit torn when only some are there.
-PARTS = {"execute": 1, "executemany": 3, "write": 2, "transact": 1, "atomic": 2, "autocommit": 1}
+PARTS = {"execute": 1, "executemany": 3, "write": 2, "transact": 1, "atomic": 2, "autocommit": 1,
+         "cache_set": 1, "cache_set_many": 3}  # fmt: skip
+
+# The cache writer's file, beside the database, and its table.
+CACHE_DB = "cache.sqlite3"
+CACHE_TABLE = "litegate_cache"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lg_rows (
@@ -105,6 +112,11 @@ ACTORS: tuple[Actor, ...] = (
     Actor("worker", "worker", ("claim", "claim")),
     Actor("django", "django", ("atomic", "atomic", "autocommit")),
 )
+# On request (--writers ...,cache): LitegateCache on its own file beside the
+# database (set from two threads, set_many of three keys from a third), with
+# the cache's PRAGMAs (--cache-pragmas over them).
+CACHE_ACTOR = Actor("cache", "cache", ("cache_set", "cache_set", "cache_set_many"))
+ALL_ACTORS = (*ACTORS, CACHE_ACTOR)
 
 
 COMBINING = ("core2", "producer")  # connect(combine=True)
@@ -196,6 +208,8 @@ def run_actor(spec: dict[str, Any]) -> None:
     bodies: list[Callable[[], None]] = []
     if actor.kind == "django":
         bodies = _django_threads(spec, actor, ledger, prefix, stop_at)
+    elif actor.kind == "cache":
+        bodies = _cache_threads(spec, actor, ledger, prefix, stop_at)
     else:
         # core2 and the producer combine their writes across processes (one
         # of them commits both's): what survives a power cut must not change.
@@ -368,6 +382,116 @@ def _django(api: str, unit: str, r: int, ledger: Ledger, slot: int, stop_at: flo
             time.sleep(0.01)
             continue
         ledger.record(f"A {unit} {n} {now()}\n")
+
+
+def cache_path(db: str) -> str:
+    return os.path.join(os.path.dirname(db), CACHE_DB)
+
+
+def cache_value(key: str) -> str:
+    """What the cache writer stores under ``key``: the key, then padding
+    (so that a value spans part of a page and a torn one shows)."""
+    return f"{key}|" + "v" * 300
+
+
+def _configure_cache(db: str, pragmas: dict[str, Any]) -> Any:
+    import django
+    from django.conf import settings
+
+    options: dict[str, Any] = {"timeout": 60}
+    if pragmas:
+        options["pragmas"] = pragmas
+    settings.configure(
+        CACHES={"default": {"BACKEND": "litegate.django.cache.LitegateCache",
+                            "LOCATION": cache_path(db), "OPTIONS": options}},
+        INSTALLED_APPS=[], USE_TZ=True,
+    )  # fmt: skip
+    django.setup()
+    from django.core.cache import cache
+
+    return cache
+
+
+def _cache_threads(
+    spec: dict[str, Any], actor: Actor, ledger: Ledger, prefix: str, stop_at: float
+) -> list[Callable[[], None]]:
+    cache = _configure_cache(spec["db"], spec.get("cache_pragmas") or {})
+    cache.get("ready")  # open it now: "ready" means able to write
+    r = spec["round"]
+    return [
+        _bind(_cache, cache, api, f"{prefix}.{api}{i}", r, ledger, i, stop_at)
+        for i, api in enumerate(actor.apis)
+    ]
+
+
+def _cache(
+    cache: Any, api: str, unit: str, r: int, ledger: Ledger, slot: int, stop_at: float
+) -> None:
+    n = 0
+    while time.monotonic() < stop_at:
+        n += 1
+        keys = [f"{unit}:{n}:{p}" for p in range(PARTS[api])]
+        try:
+            with ledger.inside(slot, api):
+                if api == "cache_set":
+                    cache.set(keys[0], cache_value(keys[0]), None)
+                else:
+                    cache.set_many({k: cache_value(k) for k in keys}, None)
+        except Exception as exc:
+            ledger.record(f"F {unit} {n} {now()} {_err(exc)}\n")
+            time.sleep(0.01)
+            continue
+        ledger.record(f"A {unit} {n} {now()}\n")
+
+
+def setup_cache(db: str, pragmas: dict[str, Any]) -> None:
+    """The cache file and its table, in a fresh file (a process of its own:
+    Django's settings are set once per process)."""
+    cache = _configure_cache(db, pragmas)
+    cache.set("setup", 1)
+    cache.delete("setup")
+    from litegate.django.cache._store import forget_store
+
+    forget_store(cache_path(db))
+
+
+def look_cache(path: str, r: int) -> dict[str, Any]:
+    """The cache file after a cut: ``integrity_check`` and round ``r``'s
+    entries (made key -> value), or why it cannot be read."""
+    import pickle
+
+    out: dict[str, Any] = {"cache_error": None}
+    if not os.path.exists(path):
+        out.update(cache_integrity=["ok"], cache_rows={})
+        return out
+    try:
+        db = litegate.connect(path, readers=1, timeout=60)
+    except Exception as exc:
+        out["cache_error"] = f"open: {type(exc).__name__}: {exc}"
+        return out
+    try:
+        out["cache_integrity"] = [row[0] for row in db.query("PRAGMA integrity_check")]
+        there = db.query("SELECT count(*) FROM sqlite_master WHERE name = ?", (CACHE_TABLE,))
+        rows = (
+            db.query(
+                f"SELECT key, value FROM {CACHE_TABLE} WHERE key >= ? AND key < ?",
+                (f":1:r{r}.", f":1:r{r}/"),
+            )
+            if there[0][0]
+            else []
+        )
+        values: dict[str, Any] = {}
+        for key, blob in rows:
+            try:
+                values[key[3:]] = pickle.loads(blob)
+            except Exception as exc:
+                values[key[3:]] = f"unreadable: {type(exc).__name__}"
+        out["cache_rows"] = values
+    except Exception as exc:
+        out["cache_error"] = f"read: {type(exc).__name__}: {exc}"
+    finally:
+        db.close()
+    return out
 
 
 # -- before and after -------------------------------------------------------

@@ -63,7 +63,7 @@ from .._args import positive_float, positive_int
 from .._progress import Progress
 from .._report import combine_grant_logs, cpu_times, gate_timing, idle_share
 from .._stats import median
-from . import _acks, _hey, _profile, _threads, _variant
+from . import _acks, _cache, _hey, _profile, _threads, _variant
 from ._actions import MIXES as _WEIGHTS
 from ._cli import ALL_ENGINES, FRAMEWORKS
 from ._cli import ENGINES as ENGINES_OF
@@ -92,6 +92,9 @@ class Config:
     runs: int = 1
     profile: int = 0  # > 0: only profile Django's request path, this many requests a round
     grant_log: bool = False  # litegate's servers log every grant of the gate (slower)
+    caches: tuple[str, ...] = ()  # --cache: the front page cached by each (_cache)
+    cache_c: tuple[int, ...] = (20,)
+    cache_seconds: float = 60.0
 
     def sides(self) -> list[tuple[str, str]]:
         """(framework, engine) pairs, in the order each cell runs them."""
@@ -169,6 +172,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "writer waited)",
     )
     p.add_argument(
+        "--cache",
+        default="",
+        metavar="LIST",
+        help="instead of the seed's cells: the front page (GET /) cached with cache_page by "
+        "each of " + ", ".join(_cache.CACHES) + " (none: uncached), the app on "
+        "litegate.django, --headline repeats at each --cache-c",
+    )
+    p.add_argument("--cache-c", default="20", help="concurrencies of the --cache cells (20)")
+    p.add_argument(
+        "--cache-seconds", type=positive_float, default=60.0,
+        help="cache_page's timeout for --cache (60)",
+    )  # fmt: skip
+    p.add_argument(
         "--profile",
         type=positive_int,
         default=0,
@@ -202,10 +218,26 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ValueError(f"unknown mix(es) {bad}; pick from {', '.join(MIXES)}")
     if args.profile:
         return Config(frameworks=("django",), engines=_profile.ENGINES, profile=args.profile)
+    caches = tuple(dict.fromkeys(c.strip() for c in args.cache.split(",") if c.strip()))
+    bad = [c for c in caches if c not in _cache.CACHES]
+    if bad:
+        raise ValueError(f"unknown cache(s) {bad}; pick from {', '.join(_cache.CACHES)}")
+    if "redis" in caches:
+        from ..cache._redis import MISSING, find
+
+        if find() is None:
+            raise ValueError(MISSING)
     try:
         hey = _hey.find(args.hey)
     except _hey.HeyMissing as exc:
         raise ValueError(str(exc)) from None
+    if caches:
+        return Config(frameworks=("django",), engines=("litegate",),
+                      seconds=3.0 if args.quick else args.seconds,
+                      headline=1 if args.quick else args.headline, sweep=(), mixes=(),
+                      workers=args.workers, threads=args.threads, hey=hey, runs=args.runs,
+                      caches=caches, cache_c=_ints(args.cache_c),
+                      cache_seconds=args.cache_seconds)  # fmt: skip
     if args.quick:
         return Config(frameworks=frameworks, engines=engines, seconds=3.0, headline=1,
                       sweep=(), mixes=(), workers=args.workers, threads=args.threads,
@@ -356,6 +388,15 @@ def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
             profile = _profile.run(cfg.profile, template)
         progress.advance()
         return {"experiment": NAME, "config": asdict(cfg), "profile": profile}
+    if cfg.caches:
+        progress.total = float(cfg.runs * cfg.headline * len(cfg.cache_c) * len(cfg.caches))
+        with tempfile.TemporaryDirectory(prefix="litegate-bench-web-") as tmp:
+            template = os.path.join(tmp, "seeded.db")
+            _seed(template)
+            rows = _cache.run(cfg, template, tmp, progress)
+        summary = _cache.summarize(rows)
+        return {"experiment": NAME, "config": asdict(cfg), "cache_cells": rows,
+                "cache_summary": summary, "targets": _cache.targets(summary)}  # fmt: skip
     cells = _cells(cfg)
     progress.total = float(cfg.runs * len(cells) * len(cfg.sides()))
     results: list[dict[str, Any]] = []
@@ -503,6 +544,8 @@ def summarize(cells: list[dict[str, Any]], cfg: Config) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> str:
     if "profile" in result:
         return _profile.render(result["profile"])
+    if "cache_summary" in result:
+        return _cache.render(result)
     from ._render import render as draw
 
     return draw(result)
@@ -511,6 +554,8 @@ def render(result: dict[str, Any]) -> str:
 def charts(result: dict[str, Any], out: Path) -> list[Path]:
     if "profile" in result:
         return []
+    if "cache_summary" in result:
+        return _cache.charts(result, out)
     from ._render import charts as draw
 
     return draw(result, out)

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import os
 import sqlite3
+import subprocess
 import sys
 from contextlib import closing
 
@@ -167,6 +168,12 @@ def _serve(args: argparse.Namespace) -> int:
     if args.acks:
         os.makedirs(args.acks, exist_ok=True)
         env["LITEGATE_WEB_ACKS"] = os.path.abspath(args.acks)
+    if args.framework == "django" and env.get("LITEGATE_WEB_CACHE") == "database":
+        # DatabaseCache's table, in the app's database (Django's createcachetable)
+        subprocess.run(
+            [sys.executable, "-m", "django", "createcachetable"],
+            env={**env, "DJANGO_SETTINGS_MODULE": SETTINGS}, check=True, timeout=120,
+        )  # fmt: skip
     if args.framework == "django":
         env["DJANGO_SETTINGS_MODULE"] = SETTINGS
         cmd = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread",

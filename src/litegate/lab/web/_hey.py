@@ -96,11 +96,13 @@ def parse(text: str) -> Summary:
     return s
 
 
-def run(hey: str, url: str, concurrency: int, seconds: float) -> tuple[Summary, str]:
+def run(
+    hey: str, url: str, concurrency: int, seconds: float, method: str = "POST"
+) -> tuple[Summary, str]:
     """``hey -c N -z Ss -m POST url``: the parsed summary and the raw text.
     Bounded: hey stops itself after ``seconds``; it is killed after twice
     that (plus a margin) if it does not."""
-    cmd = [hey, "-c", str(concurrency), "-z", f"{seconds:g}s", "-m", "POST", url]
+    cmd = [hey, "-c", str(concurrency), "-z", f"{seconds:g}s", "-m", method, url]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * seconds + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"hey failed ({proc.returncode}): {proc.stderr.strip()[:500]}")

@@ -80,3 +80,18 @@ def test_says_why_when_fuse_is_missing(
     monkeypatch.setattr(durability, "fuse_problem", lambda: "/dev/fuse does not exist: test")
     assert main(["bench", "durability", "--quick", "--out", str(tmp_path)]) == 2
     assert "cannot cut the power here: /dev/fuse does not exist" in capsys.readouterr().err
+
+
+def test_the_cache_writer_across_cuts(tmp_path: Path) -> None:
+    """--writers ...,cache: LitegateCache on its own file beside the
+    database; its sets are acknowledged and checked, its file never corrupt."""
+    cfg = durability.Config(profiles=("default",), cuts=2, run_max=0.5, seed=7,
+                            work_dir=str(tmp_path), actors=("core2", "cache"))  # fmt: skip
+    result = durability.run(cfg)
+    s = result["profiles"]["default"]["summary"]
+    assert s["by_api"]["cache_set"]["acked"] > 0
+    assert s["by_api"]["cache_set_many"]["acked"] > 0
+    assert (s["corruptions"], s["cache_corruptions"], s["anomalies"]) == (0, 0, {})
+    assert s["lost_before_sync"] == 0
+    cache_targets = [t for t in result["targets"] if "cache file" in t["target"]]
+    assert [t["met"] for t in cache_targets] == [True]

@@ -115,3 +115,32 @@ def test_a_database_that_does_not_open_or_check_is_corrupt(
 def test_an_unknown_ledger_line_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown ledger line"):
         _ledger("Z what\n", tmp_path)
+
+
+def test_the_cache_writers_entries(tmp_path: Path) -> None:
+    """The cache writer's units: an entry there with its value counts, a
+    set_many with some of its three keys is torn, a wrong value is an
+    anomaly, and its own file's last sync splits its losses."""
+    from litegate.lab.durability._work import cache_value
+
+    ledger = _ledger(
+        "A r1.cache.cache_set0 1 100\nA r1.cache.cache_set0 2 200\n"
+        "A r1.cache.cache_set_many2 1 110\nA r1.cache.cache_set_many2 2 210\n",
+        tmp_path,
+    )
+    keys = ["r1.cache.cache_set0:1:0", *(f"r1.cache.cache_set_many2:1:{p}" for p in range(3)),
+            "r1.cache.cache_set_many2:2:0"]  # fmt: skip
+    entries: dict[str, Any] = {k: cache_value(k) for k in keys}
+    seen = {**_seen([]), "cache_integrity": ["ok"], "cache_rows": entries, "cache_error": None}
+    v = check(1, ledger, seen, horizon_ns=0, carry=Carry(), cache_horizon_ns=150)
+    assert v["acked_by_api"] == {"cache_set": 2, "cache_set_many": 2}
+    assert v["lost_by_api"] == {"cache_set": 1, "cache_set_many": 1}
+    assert (v["lost_before_sync"], v["anomalies"], v["corrupt"]) == (0, {"torn": 1}, False)
+    entries["r1.cache.cache_set0:1:0"] = "something else"
+    v = check(1, ledger, seen, horizon_ns=0, carry=Carry(), cache_horizon_ns=150)
+    # acknowledged at 100, before its file's sync at 150: counted for the cache file
+    assert v["anomalies"] == {"torn": 1, "cache value": 1, "cache lost before its sync": 1}
+    assert v["lost_before_sync"] == 0  # (the database's figure)
+    bad = {**seen, "cache_integrity": ["*** in database main ***"]}
+    v = check(1, ledger, bad, horizon_ns=0, carry=Carry(), cache_horizon_ns=150)
+    assert (v["corrupt"], v["cache_corrupt"]) == (False, True)  # the database is fine

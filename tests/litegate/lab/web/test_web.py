@@ -296,3 +296,26 @@ def test_engine_variants_name_their_pragmas() -> None:
         ("django", "tuned"), ("django", "litegate"), ("django", "litegate+mmap_size=1"),
         ("fastapi", "tuned"), ("fastapi", "litegate"), ("fastapi", "litegate+mmap_size=1"),
     ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bench_web_cache_serves_the_front_page_from_each_backend(tmp_path: Path) -> None:
+    """--cache: the front page under cache_page, on each backend; a cached
+    page is the same page (the cell answers 200s only)."""
+    from litegate.lab.cache import _redis
+
+    caches = ("none", "litegate", "database") + (("redis",) if _redis.find() else ())
+    cfg = bench.Config(frameworks=("django",), engines=("litegate",), seconds=1.0, headline=1,
+                       sweep=(), mixes=(), workers=1, hey=_hey.find(), caches=caches,
+                       cache_c=(4,))  # fmt: skip
+    result = bench.run(cfg)
+    rows = result["cache_cells"]
+    assert [r["cache"] for r in rows] == list(caches)
+    for r in rows:
+        assert r["hey"]["responses"] > 0
+        assert r["hey"]["statuses"] == {"200": r["hey"]["responses"]}
+        assert r["server_exit"] == 0
+    table = bench.render(result)
+    assert "GET /, the latest 100 posts" in table
+    assert ("the same app on RedisCache" in table) == ("redis" in caches)
+    assert [p.name for p in bench.charts(result, tmp_path)] == ["web-cache-rps.png"]

@@ -46,3 +46,24 @@ def database(engine: str, name: str) -> dict[str, Any]:
         "CONN_MAX_AGE": 600,
         "CONN_HEALTH_CHECKS": True,
     }
+
+
+CACHES = ("litegate", "database", "filebased", "redis")
+
+
+def cache_settings(cache: str, location: str) -> dict[str, Any]:
+    """CACHES["default"] for ``bench web --cache``: one of Django's backends
+    as bench cache sets it up; "" (no cache): Django's default, unused."""
+    if not cache:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    if cache == "litegate":
+        return {"BACKEND": "litegate.django.cache.LitegateCache", "LOCATION": location}
+    if cache == "database":  # in the app's database (its table made by `litegate web serve`)
+        return {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
+                "LOCATION": "web_cache", "OPTIONS": {"MAX_ENTRIES": 10**6}}  # fmt: skip
+    if cache == "filebased":
+        return {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                "LOCATION": location, "OPTIONS": {"MAX_ENTRIES": 10**6}}  # fmt: skip
+    if cache == "redis":
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": location}
+    raise RuntimeError(f"LITEGATE_WEB_CACHE must be one of {CACHES}, got {cache!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from .._variant import base
-from .engines import ENGINES, database
+from .engines import ENGINES, cache_settings, database
 
 ENGINE = os.environ.get("LITEGATE_WEB_ENGINE", "litegate")
 if base(ENGINE) not in ENGINES:
@@ -24,6 +24,12 @@ if base(ENGINE) not in ENGINES:
 _DB = os.environ.get("LITEGATE_WEB_DB", "hn.sqlite3")
 
 DATABASES = {"default": database(ENGINE, _DB)}
+# `bench web --cache`: the front page cached (cache_page) by one of Django's
+# cache backends, LITEGATE_WEB_CACHE (litegate, database, filebased, redis),
+# at LITEGATE_WEB_CACHE_LOCATION (a file, a directory or a redis:// URL).
+CACHE = os.environ.get("LITEGATE_WEB_CACHE", "")
+CACHE_SECONDS = float(os.environ.get("LITEGATE_WEB_CACHE_SECONDS", "60"))
+CACHES = {"default": cache_settings(CACHE, os.environ.get("LITEGATE_WEB_CACHE_LOCATION", ""))}
 SECRET_KEY = "litegate-web-lab"  # a lab server on 127.0.0.1, not a site
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
