@@ -49,7 +49,7 @@ needs_psycopg = pytest.mark.skipif(
 def test_postgres_defaults() -> None:
     cfg = _parsed(["--backend", "postgres", "--pg-url", URL])
     assert cfg.backend == "postgres"
-    assert cfg.sides == ("litegate", "procrastinate", "pgqueuer")
+    assert cfg.sides == ("litegate", "litegate-worker", "procrastinate", "pgqueuer")
     assert cfg.profiles == cfg.long_profiles == cfg.e2e_profiles == ("postgres",)
     assert cfg.cell_timeout == _config.PG_CELL_TIMEOUT  # procrastinate's 40,000 jobs take minutes
     quick = _parsed(["--backend", "postgres", "--pg-url", URL, "--quick"])
@@ -117,11 +117,19 @@ def test_plan_on_postgres() -> None:
     cfg = Config(backend="postgres")
     cells = _run.plan(cfg)
     assert {c.profile for c in cells} == {"postgres"}
-    assert {c.side for c in cells} == {"litegate", "procrastinate", "pgqueuer"}
+    assert {c.side for c in cells} == {"litegate", "litegate-worker", "procrastinate", "pgqueuer"}
     assert not [c for c in cells if c.na]  # every side can do every cell
+    # (litegate's own Worker in the end-to-end rows only)
+    assert {c.side for c in cells if c.scenario != "e2e"} == {
+        "litegate",
+        "procrastinate",
+        "pgqueuer",
+    }
     e2e = [c for c in cells if c.scenario == "e2e"]
     assert [(c.variant, c.side) for c in e2e] == [
-        (v, s) for v in ("batched", "one-job") for s in ("litegate", "procrastinate", "pgqueuer")
+        (v, s)
+        for v in ("batched", "one-job")
+        for s in ("litegate", "litegate-worker", "procrastinate", "pgqueuer")
     ]
     for c in e2e:
         producers = [r for r in c.roles if r.kind == "produce"]
@@ -164,7 +172,8 @@ def result(pg_server: Any) -> dict[str, Any]:
 
 def test_every_cell_ran_cleanly_and_accounts_for_every_job(result: dict[str, Any]) -> None:
     real = result["raw"]
-    assert len(real) == 3 * (1 + 1 + 2)  # single, stress, e2e batched and one-job
+    # single, stress, e2e batched and one-job; litegate-worker: the e2e rows
+    assert len(real) == 3 * (1 + 1 + 2) + 2
     for r in real:
         a = r["accounting"]
         assert r["setup_errors"] == [], r

@@ -41,7 +41,7 @@ from datetime import timedelta
 from multiprocessing.synchronize import Event
 from typing import Any, TypeVar
 
-from ._sides import Client, Job, LitegateClient, Side
+from ._sides import Client, Job, LitegateClient, Side, WorkerLoop
 
 T = TypeVar("T")
 
@@ -154,6 +154,13 @@ class LitegatePgSide(Side):
 
     def close(self) -> None:
         self.queue.close()
+
+
+class LitegateWorkerPgSide(WorkerLoop, LitegatePgSide):
+    """``litegate`` on PostgreSQL consumed by its own Worker."""
+
+    def details(self) -> dict[str, Any]:
+        return {**LitegatePgSide.details(self), **self.worker_details()}
 
 
 # -- procrastinate -----------------------------------------------------------------
@@ -394,6 +401,7 @@ class PgqueuerSide(LoopSide):
 
 PG_SIDE_CLASSES: dict[str, type[Side]] = {
     "litegate": LitegatePgSide,
+    "litegate-worker": LitegateWorkerPgSide,
     "procrastinate": ProcrastinateSide,
     "pgqueuer": PgqueuerSide,
 }
@@ -412,7 +420,7 @@ def create_pg(name: str, url: str) -> None:
     """Each library's own schema set-up, in the parent, on the cell's fresh
     database: litegate's Queue creates its tables; procrastinate's
     ``schema_manager.apply_schema_async``; pgqueuer's ``Queries.install``."""
-    if name == "litegate":
+    if name in ("litegate", "litegate-worker"):
         importlib.import_module("litegate.queue").Queue(url, name="default").close()
     elif name == "procrastinate":
         asyncio.run(_procrastinate_schema(url))
@@ -448,7 +456,7 @@ REMAINING_SQL = {
 
 def remaining_pg(name: str, url: str, done_states: frozenset[str]) -> int:
     """Jobs still in the queue (not finished) after a cell."""
-    if name == "litegate":
+    if name in ("litegate", "litegate-worker"):
         q = importlib.import_module("litegate.queue").Queue(url, name="default")
         try:
             counts = dict(q.counts())

@@ -63,7 +63,7 @@ E2E_ONLY_SIDES = ("litegate-worker",)
 loop): planned in the end-to-end rows only, whatever ``--sides`` says (in
 the other scenarios they would be that other side again)."""
 
-PG_SIDES = ("litegate", "procrastinate", "pgqueuer")
+PG_SIDES = ("litegate", "litegate-worker", "procrastinate", "pgqueuer")
 """Every side on PostgreSQL, in report order."""
 
 SIDES_BY_BACKEND = {"sqlite": SIDES, "postgres": PG_SIDES}
@@ -83,6 +83,8 @@ SIDE_TITLES = {
 
 PG_SIDE_TITLES = {
     "litegate": "litegate.queue on PostgreSQL (Queue(url): SKIP LOCKED claims, leases, attempts)",
+    "litegate-worker": "the same queue, its consumers litegate's own Worker (finished jobs "
+    "settled with the next claim, one transaction per step)",
     "procrastinate": "procrastinate (App + PsycopgConnector: defer_async, batch_defer_async; "
     "claim = job_manager.fetch_job + finish_job, the calls its worker makes)",
     "pgqueuer": "pgqueuer (asyncpg driver: Queries.enqueue; claim = Queries.dequeue + "
@@ -544,22 +546,21 @@ class LitegateBoundedSide(LitegateSide):
     name = "litegate-bounded"
 
 
-class LitegateWorkerSide(LitegateSide):
-    """The same queue as ``litegate``; its consumers are litegate's own
-    ``Worker``, as users run it, instead of the harness's claim/ack loop:
-    finished jobs are settled with the worker's next claim (one transaction
-    per step), or by its acker after ``ack_delay``."""
+class WorkerLoop:
+    """Consumers that are litegate's own ``Worker`` on ``self.queue`` (on
+    either backend), as users run it, instead of the harness's claim/ack
+    loop: finished jobs are settled with the worker's next claim (one
+    transaction per step), or by its acker after ``ack_delay``."""
 
     name = "litegate-worker"
     own_worker = True
+    queue: Any
 
     DRAIN_POLL_S = 0.005
     """How often, once the producers are done, the harness looks whether the
     queue is empty (``counts()``: a read, never a turn of the write gate)."""
 
-    def __init__(self, path: str, profile: str) -> None:
-        super().__init__(path, profile)
-        self.worker_stats: list[dict[str, Any]] = []
+    worker_stats: list[dict[str, Any]]
 
     def work(
         self,
@@ -588,6 +589,8 @@ class LitegateWorkerSide(LitegateSide):
             except BaseException as exc:  # handed to the caller below
                 raised.append(exc)
 
+        if not hasattr(self, "worker_stats"):
+            self.worker_stats = []
         thread = threading.Thread(target=run, name=f"bench-{self.name}", daemon=True)
         thread.start()
         # The worker runs as in production (claim(wait=...) when idle) until
@@ -623,8 +626,15 @@ class LitegateWorkerSide(LitegateSide):
                 out[f"Worker: {what}"] = n
         return out
 
+    def worker_details(self) -> dict[str, Any]:
+        return {"worker": getattr(self, "worker_stats", [])}
+
+
+class LitegateWorkerSide(WorkerLoop, LitegateSide):
+    """``litegate`` (SQLite) consumed by its own Worker."""
+
     def details(self) -> dict[str, Any]:
-        return {**super().details(), "worker": self.worker_stats}
+        return {**LitegateSide.details(self), **self.worker_details()}
 
 
 class HueySide(Side):
