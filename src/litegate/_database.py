@@ -30,7 +30,7 @@ from ._errors import (
     WriteTimeout,
 )
 from ._fair import BOUNDED, STRICT, UNFAIR, Budget, HandoffQueue, QueueClosed, QueueTimeout
-from ._gate import FileGate, drop_after_fork
+from ._gate import FileGate, drop_after_fork, on_fork_in_child
 from ._guard import (
     BEGIN,
     COMMIT,
@@ -79,8 +79,7 @@ def _after_fork_in_child() -> None:
         db._forget_parent_state()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
 
 
 def _positive(name: str, value: object, *, integer: bool = False) -> Any:

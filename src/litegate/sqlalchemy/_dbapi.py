@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import urllib.parse
 import weakref
 from collections.abc import Callable, Iterable
@@ -38,7 +39,7 @@ from typing import Any, TypeVar
 from .. import _profiles
 from .._errors import NestedWriteError
 from .._fair import BOUNDED
-from .._gate import FileGate, drop_after_fork
+from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
 from .._statements import kind as _kind
@@ -107,8 +108,13 @@ class Connection(sqlite3.Connection):
     litegate_read_only = False
     litegate_nested = False  # this transaction began while this thread held the gate elsewhere
     litegate_task: object = None  # the asyncio task that took the gate (asyncio driver)
-    _lg_forked = False
-    _lg_close_when_forked = False
+    _lg_forked = False  # the parent's, in a forked child: closed or parked, never used
+    # For the fork hook: calls into SQLite under way through this connection,
+    # and the thread that last ran a statement on it (a copy is closed in the
+    # child only if no other thread can be inside SQLite with it).
+    litegate_calls = 0
+    litegate_thread: int | None = None
+    litegate_own_thread = False  # the asyncio driver: every call on the connection's thread
     _lg_collected: weakref.finalize[Any, Any] | None = None
 
     def litegate_setup(self, path: str | None, settings: Settings) -> None:
@@ -170,6 +176,14 @@ class Connection(sqlite3.Connection):
 
     def litegate_run(self, sql: str, run: Callable[..., _R], *args: Any) -> _R:
         """Run one statement under the rules of this module's docstring."""
+        self.litegate_thread = threading.get_ident()
+        self.litegate_calls += 1
+        try:
+            return self._lg_run(sql, run, *args)
+        finally:
+            self.litegate_calls -= 1
+
+    def _lg_run(self, sql: str, run: Callable[..., _R], *args: Any) -> _R:
         c = classify(sql)
         if self.litegate_pending and c != PRAGMA:
             if c == BEGIN and sql.lstrip()[:5].upper() == "BEGIN":
@@ -227,6 +241,8 @@ class Connection(sqlite3.Connection):
             try:
                 self.litegate_take("BEGIN IMMEDIATE")
             except NestedWriteError:
+                if self.litegate_gate.fork_blocked:  # not nesting: a fork left the lock taken
+                    raise
                 self.litegate_nested = True
         if self.litegate_nested:
             self._lg_raw("PRAGMA query_only = 1")
@@ -281,19 +297,30 @@ class Connection(sqlite3.Connection):
             self.litegate_give(committed)
 
     def commit(self) -> None:
+        if self._lg_forked:  # the parent's transaction: not the child's to commit
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         self.litegate_pending = False
         ok = False
+        self.litegate_calls += 1
         try:
             super().commit()
             ok = True
         finally:
+            self.litegate_calls -= 1
             self._lg_settle(ok)
 
     def rollback(self) -> None:
+        if self._lg_forked:
+            # The parent's: a parked copy must never roll back (that would
+            # undo the parent's pages in the WAL), and nothing of it is the
+            # child's to undo.
+            return
         self.litegate_pending = False
+        self.litegate_calls += 1
         try:
             super().rollback()
         finally:
+            self.litegate_calls -= 1
             self._lg_settle(False)
 
     def litegate_set_read_only(self, value: bool) -> None:
@@ -307,11 +334,10 @@ class Connection(sqlite3.Connection):
     def close(self) -> None:
         """The SQLite connection closes; its gate turn, if any, and its use
         of the file's gate go with it, on every path."""
-        if self._lg_forked:  # the parent's, in a forked child: never its gate
-            if self._lg_close_when_forked:
-                super().close()
+        if self._lg_forked:  # the fork hook closed it, or parked it for good
             return
         self.litegate_pending = self.litegate_nested = False
+        self.litegate_calls += 1
         try:
             if self._lg_in_transaction():
                 # End the transaction first: with a cursor still open, sqlite3
@@ -321,6 +347,7 @@ class Connection(sqlite3.Connection):
                     super().rollback()
             super().close()
         finally:
+            self.litegate_calls -= 1
             self.litegate_give()
             gate, self.litegate_gate = self.litegate_gate, None
             if self._lg_collected is not None:
@@ -328,12 +355,20 @@ class Connection(sqlite3.Connection):
             if gate is not None:
                 gate.close()
 
+    def litegate_quiet_at_fork(self, forking_thread: int) -> bool:
+        """At the fork (asked in the child): no thread was inside SQLite with
+        this connection. True when no call was under way and either every
+        call runs on the connection's own thread (asyncio) or the last
+        statement ran on the forking thread, which was calling fork()."""
+        return self.litegate_calls == 0 and (
+            self.litegate_own_thread or self.litegate_thread in (None, forking_thread)
+        )
+
     def litegate_forget_parent(self, idle: bool) -> None:
         """In a forked child: this is the parent's connection. Never touch
         its gate (the parent's); close it if no thread was using it at the
         fork, else park it (see :func:`litegate._gate.drop_after_fork`)."""
         self._lg_forked = True
-        self._lg_close_when_forked = idle
         self.litegate_gate = None
         if self._lg_collected is not None:
             self._lg_collected.detach()  # the parent's gate: never closed here
@@ -414,12 +449,15 @@ class DBAPI:
 
 
 def _after_fork_in_child() -> None:
+    """Every connection of the parent is let go of: closed if it was idle in
+    a pool or, checked out, if no thread was inside SQLite with it (a
+    session of the forking thread, even inside a transaction); else parked."""
     from ._pool import idle_after_fork  # the pools know which connections were idle
 
     idle = idle_after_fork()
+    me = threading.get_ident()  # the forking thread keeps its ident in the child
     for conn in list(_CONNECTIONS):
-        conn.litegate_forget_parent(idle=id(conn) in idle)
+        conn.litegate_forget_parent(idle=id(conn) in idle or conn.litegate_quiet_at_fork(me))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
