@@ -349,21 +349,7 @@ class Database:
         return conn
 
     def _open_error(self, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
-        code = _errcode(exc)
-        if code == _SQLITE_NOTADB:
-            return OpenError(
-                f"{self.path!r} is not a SQLite database ({exc}); point litegate at a SQLite "
-                "file or at a path where it may create a new one"
-            )
-        if code == _SQLITE_READONLY:
-            return OpenError(
-                f"{self.path!r} is read-only for this process ({exc}); litegate needs write "
-                "access to the file and to its -wal, -shm and -litegate companions"
-            )
-        return OpenError(
-            f"cannot open {self.path!r}: {exc}; run litegate doctor {self.path!r} to see what "
-            "is wrong with it, and restore it from a backup if SQLite cannot read it"
-        )
+        return open_error(self.path, exc)
 
     # -- writing ----------------------------------------------------------
     def write(self, timeout: float | None = None) -> _WriteBlock:
@@ -1017,6 +1003,27 @@ class _ReadBlock:
         self._db._checkin(self._state, self._conn)
         if ev is not None and _is_read_only(ev):
             raise _read_only(ev, self._conn) from ev
+
+
+def open_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
+    """SQLite's error opening (or first reading) ``path`` as the typed error
+    saying what is wrong and what to do (the core's, Django's and
+    SQLAlchemy's)."""
+    code = _errcode(exc)
+    if code == _SQLITE_NOTADB:
+        return OpenError(
+            f"{path!r} is not a SQLite database ({exc}); point litegate at a SQLite "
+            "file or at a path where it may create a new one"
+        )
+    if code == _SQLITE_READONLY:
+        return OpenError(
+            f"{path!r} is read-only for this process ({exc}); litegate needs write "
+            "access to the file and to its -wal, -shm and -litegate companions"
+        )
+    return OpenError(
+        f"cannot open {path!r}: {exc}; run litegate doctor {path!r} to see what "
+        "is wrong with it, and restore it from a backup if SQLite cannot read it"
+    )
 
 
 def _check_path(path: str) -> None:

@@ -37,14 +37,18 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .. import _profiles
+from .._database import _check_path as check_path
+from .._database import open_error
+from .._errors import ConfigError as CoreConfigError
 from .._errors import NestedWriteError
+from .._errors import OpenError as CoreOpenError
 from .._fair import BOUNDED
 from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
 from .._statements import kind as _kind
 from ._config import DEFAULT_PROFILE, Settings, resolve
-from ._errors import gate_timeout, read_only_refused
+from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused
 
 # What a statement means to the gate (memoized per SQL string). PRAGMA also
 # covers ATTACH and DETACH: statements about the connection, not the data.
@@ -117,15 +121,13 @@ class Connection(sqlite3.Connection):
     litegate_own_thread = False  # the asyncio driver: every call on the connection's thread
     _lg_collected: weakref.finalize[Any, Any] | None = None
 
-    def litegate_setup(self, path: str | None, settings: Settings) -> None:
-        """Called once, right after connecting: the profile's PRAGMAs, the
-        file's gate and background checkpointer (none for ``:memory:``)."""
+    def litegate_setup(self, gate: FileGate | None, settings: Settings) -> None:
+        """Called once, right after connecting, with one use of the file's
+        gate (None for ``:memory:``), which :meth:`close` gives back: the
+        profile's PRAGMAs and the file's background checkpointer."""
         self.litegate_timeout = settings.timeout
         self.litegate_budget = settings.budget
-        if path is not None:
-            _profiles.apply(self, settings.pragmas, writer=True)
-            gate = FileGate.open(path)
-            gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
+        if gate is not None:
             self.litegate_gate = gate
             # Collected without close() (a pool SQLAlchemy dropped with this
             # connection idle in it, after Engine.dispose()): SQLite closes
@@ -133,6 +135,8 @@ class Connection(sqlite3.Connection):
             # gate and its threads would stay for the rest of the process.
             self._lg_collected = weakref.finalize(self, gate.close_soon)
             self._lg_collected.atexit = False
+            _profiles.apply(self, settings.pragmas, writer=True)
+            gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
         _CONNECTIONS.add(self)
 
     # sqlite3's shortcuts make a plain cursor in C: route them through ours.
@@ -418,13 +422,45 @@ def connect(database: str, **kwargs: Any) -> Connection:
     if factory is not None and not issubclass(Connection, factory):
         # someone else's sqlite3.Connection subclass: ours in front of it
         cls = type(f"Litegate{factory.__name__}", (Connection, factory), {})
-    conn = sqlite3.connect(database, factory=cls, **kwargs)
+    gate = None
+    if path is not None:
+        try:
+            if not _read_only_uri(database, bool(kwargs.get("uri"))):
+                # litegate.connect()'s checks, before sqlite3 says "unable to open
+                # database file" (or creates a file it cannot use)
+                check_path(os.path.realpath(path))
+            gate = FileGate.open(path)
+        except CoreOpenError as exc:
+            raise open_failed(exc) from None
     try:
-        conn.litegate_setup(path, settings)
-    except BaseException:
+        conn = sqlite3.connect(database, factory=cls, **kwargs)
+    except BaseException as exc:
+        if gate is not None:
+            gate.close()
+        if path is None or not isinstance(exc, sqlite3.Error):
+            raise
+        raise open_failed(open_error(path, exc)) from exc
+    try:
+        conn.litegate_setup(gate, settings)
+    except BaseException as exc:
         conn.close()
+        if isinstance(exc, CoreOpenError):
+            raise open_failed(exc) from None
+        if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)) and path is not None:
+            # (sqlite3 decodes SQLite's message, which may quote a damaged schema)
+            raise open_failed(open_error(path, exc)) from exc
+        if isinstance(exc, CoreConfigError) and not isinstance(exc, ConfigError):
+            raise ConfigError(f"sqlite+litegate: {exc}") from None
         raise
     return conn
+
+
+def _read_only_uri(database: str, uri: bool) -> bool:
+    """A ``file:`` URI with ``mode=ro``: no write access needed."""
+    if not uri:
+        return False
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(database).query)
+    return "ro" in query.get("mode", [])
 
 
 class DBAPI:

@@ -1,0 +1,169 @@
+"""What sqlite+litegate refuses, and how: files it cannot open (OpenError),
+PRAGMAs that would break every other process (StatementRefused), bad URL
+values (ConfigError, at create_engine), and VACUUM. Each error is both
+SQLAlchemy's and litegate's, with the core's error in ``orig``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, exc, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import litegate
+from litegate.sqlalchemy import OpenError
+from tests.conftest import running_as_root
+
+# -- files that cannot be opened -------------------------------------------------
+
+
+def open_sync(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            c.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
+
+
+def open_async(url: str) -> None:
+    async def main() -> None:
+        engine = create_async_engine(url)
+        try:
+            async with engine.connect() as c:
+                await c.execute(text("SELECT 1"))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())
+
+
+OPENERS = {"sync": open_sync, "asyncio": open_async}
+
+
+def bad_path(tmp_path: Path, what: str) -> tuple[str, str]:
+    """A path of kind ``what`` and what the error must say about it."""
+    if what == "missing folder":
+        return str(tmp_path / "nowhere" / "app.db"), "does not exist; create it first"
+    if what == "a directory":
+        (tmp_path / "adir").mkdir()
+        return str(tmp_path / "adir"), "is a directory; pass the path of a database file"
+    if what == "garbage file":
+        (tmp_path / "junk.db").write_bytes(b"not a database, " * 400)
+        return str(tmp_path / "junk.db"), "is not a SQLite database (file is not a database)"
+    (tmp_path / "side.db-litegate").mkdir()  # a bad sidecar
+    return str(tmp_path / "side.db"), "is a directory, not litegate's lock file"
+
+
+@pytest.mark.parametrize("kind", ["sync", "asyncio"])
+@pytest.mark.parametrize("what", ["missing folder", "a directory", "garbage file", "sidecar"])
+def test_a_file_that_cannot_be_opened_is_an_open_error(
+    tmp_path: Path, what: str, kind: str
+) -> None:
+    path, says = bad_path(tmp_path, what)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(OpenError) as info:
+        OPENERS[kind](f"sqlite+litegate:///{path}")
+    err = info.value
+    assert isinstance(err, litegate.OpenError)  # litegate's, as the core and Django give
+    assert isinstance(err, exc.OperationalError)  # and SQLAlchemy's, as the stock driver's
+    assert isinstance(err.orig, litegate.OpenError)
+    assert says in str(err.orig)
+    assert says in str(err)
+    # nothing created (a file that exists gets litegate's lock file, as with connect())
+    created = sorted(p.name for p in tmp_path.iterdir() if p.name not in before)
+    assert created == (["junk.db-litegate"] if what == "garbage file" else [])
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder an unprivileged user can reach (pytest's own tmp is root-only)."""
+    top = Path(tempfile.mkdtemp(prefix="litegate-sqla-ro-"))
+    top.chmod(0o755)
+    d = top / "db"
+    d.mkdir()
+    d.chmod(0o755)
+    yield d
+    d.chmod(0o755)
+    shutil.rmtree(top)
+
+
+def as_unprivileged(fn: Callable[[], str]) -> str:
+    """``fn()`` in a forked child that drops to user nobody when this is
+    root (permissions mean nothing to root): its answer."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            if running_as_root():
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            os.write(w, fn().encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        answer = os.read(r, 4096).decode()
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0
+    return answer
+
+
+def what_opening_says(url: str, kind: str) -> Callable[[], str]:
+    def attempt() -> str:
+        try:
+            OPENERS[kind](url)
+        except OpenError as err:
+            return f"OpenError {isinstance(err.orig, litegate.OpenError)}: {err.orig}"
+        except Exception as err:  # reported, asserted by the parent
+            return f"{type(err).__name__}: {err}"
+        return "opened"
+
+    return attempt
+
+
+@pytest.mark.parametrize("kind", ["sync", "asyncio"])
+def test_a_read_only_folder_is_an_open_error(shared_tmp: Path, kind: str) -> None:
+    create_engine("sqlite+litegate://").dispose()  # the dialect loaded before the fork
+    url = f"sqlite+litegate:///{shared_tmp / 'new.db'}"
+    shared_tmp.chmod(0o555)
+    try:
+        said = as_unprivileged(what_opening_says(url, kind))
+    finally:
+        shared_tmp.chmod(0o755)
+    assert said.startswith(f"OpenError True: directory {str(shared_tmp)!r} is read-only"), said
+    assert "WAL mode must create new.db" in said
+    assert not (shared_tmp / "new.db").exists()
+
+
+@pytest.mark.parametrize("kind", ["sync", "asyncio"])
+def test_a_read_only_file_is_an_open_error(shared_tmp: Path, kind: str) -> None:
+    create_engine("sqlite+litegate://").dispose()
+    path = shared_tmp / "app.db"
+    engine = create_engine(f"sqlite+litegate:///{path}")
+    with engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t(a)")
+        c.exec_driver_sql("INSERT INTO t VALUES ('kept')")
+    engine.dispose()
+    for f in shared_tmp.iterdir():
+        f.chmod(0o644)  # readable by others, writable only by the owner
+    if running_as_root():
+        shared_tmp.chmod(0o777)  # the folder is not the problem here
+    said = as_unprivileged(what_opening_says(f"sqlite+litegate:///{path}", kind))
+    assert said.startswith(f"OpenError True: {str(path)!r} is read-only for this process"), said
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT a FROM t").fetchall() == [("kept",)]
