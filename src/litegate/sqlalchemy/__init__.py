@@ -33,7 +33,7 @@ litegate needs it raises :class:`OpenError` (``OperationalError`` and
 
 from ._dbapi import connect
 from ._dialect import AsyncLitegateDialect, LitegateDialect
-from ._errors import ConfigError, GateTimeout, OpenError, ReadOnlyScopeError
+from ._errors import ConfigError, GateTimeout, OpenError, ReadOnlyScopeError, StatementRefused
 from ._pool import AsyncFairQueuePool, FairQueuePool
 from ._scope import read_only
 
@@ -48,6 +48,7 @@ __all__ = [
     "LitegateDialect",
     "OpenError",
     "ReadOnlyScopeError",
+    "StatementRefused",
     "connect",
     "dialect",
     "read_only",

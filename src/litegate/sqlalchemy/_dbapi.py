@@ -44,11 +44,13 @@ from .._errors import NestedWriteError
 from .._errors import OpenError as CoreOpenError
 from .._fair import BOUNDED
 from .._gate import FileGate, drop_after_fork, on_fork_in_child
+from .._guard import is_denied
+from .._profiles import guarded_change
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
 from .._statements import kind as _kind
 from ._config import DEFAULT_PROFILE, Settings, resolve
-from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused
+from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused, statement_refused
 
 # What a statement means to the gate (memoized per SQL string). PRAGMA also
 # covers ATTACH and DETACH: statements about the connection, not the data.
@@ -79,6 +81,42 @@ def classify(sql: str) -> int:
 
 def _readonly_refusal(exc: sqlite3.OperationalError) -> bool:
     return "readonly database" in str(exc)
+
+
+_OK, _DENY, _PRAGMA_ACTION = sqlite3.SQLITE_OK, sqlite3.SQLITE_DENY, sqlite3.SQLITE_PRAGMA
+
+
+class _Guard:
+    """A file connection's authorizer (SQLite asks it while preparing each
+    statement): it refuses the PRAGMAs litegate's write connection refuses
+    (``_profiles.GUARDED``: a journal mode other than WAL, EXCLUSIVE
+    locking, ``query_only``, ``writable_schema``, ``schema_version``),
+    which break every other connection to the file or corrupt it. ``own``:
+    litegate's own statements run (they carry ``-- litegate``, so that the
+    statement cache never hands their authorization to a user's)."""
+
+    __slots__ = ("denied", "own")
+
+    def __init__(self) -> None:
+        self.own = False
+        self.denied: str | None = None
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
+    ) -> int:
+        if action != _PRAGMA_ACTION or arg2 is None or arg1 is None or self.own:
+            return _OK
+        why = guarded_change(arg1, arg2)
+        if why is None:
+            return _OK
+        if arg1.lower() == "query_only":  # (the core's advice names its own read paths)
+            why = (
+                f"PRAGMA query_only = {arg2!r}: a pooled connection must come back as it "
+                "went out, writable. For transactions that only read use the "
+                "litegate_read_only=True execution option or litegate.sqlalchemy.read_only()"
+            )
+        self.denied = why
+        return _DENY
 
 
 class Cursor(sqlite3.Cursor):
@@ -120,6 +158,7 @@ class Connection(sqlite3.Connection):
     litegate_thread: int | None = None
     litegate_own_thread = False  # the asyncio driver: every call on the connection's thread
     _lg_collected: weakref.finalize[Any, Any] | None = None
+    _lg_guard: _Guard | None = None  # file databases: see _Guard
 
     def litegate_setup(self, gate: FileGate | None, settings: Settings) -> None:
         """Called once, right after connecting, with one use of the file's
@@ -137,6 +176,8 @@ class Connection(sqlite3.Connection):
             self._lg_collected.atexit = False
             _profiles.apply(self, settings.pragmas, writer=True)
             gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
+            self._lg_guard = _Guard()
+            self.set_authorizer(self._lg_guard)
         _CONNECTIONS.add(self)
 
     # sqlite3's shortcuts make a plain cursor in C: route them through ours.
@@ -217,8 +258,12 @@ class Connection(sqlite3.Connection):
             result = run(*args)
             ok = True
             return result
-        except sqlite3.OperationalError as exc:
-            if _readonly_refusal(exc):
+        except sqlite3.DatabaseError as exc:
+            guard = self._lg_guard
+            if guard is not None and guard.denied is not None and is_denied(exc):
+                why, guard.denied = guard.denied, None
+                raise statement_refused(sql, CoreConfigError(why)) from exc
+            if isinstance(exc, sqlite3.OperationalError) and _readonly_refusal(exc):
                 if self.litegate_read_only:
                     raise read_only_refused(sql) from exc
                 if self.litegate_nested:
@@ -249,7 +294,7 @@ class Connection(sqlite3.Connection):
                     raise
                 self.litegate_nested = True
         if self.litegate_nested:
-            self._lg_raw("PRAGMA query_only = 1")
+            self._lg_raw("PRAGMA query_only = 1 -- litegate")
             self._lg_raw("BEGIN")
             return
         try:
@@ -259,7 +304,16 @@ class Connection(sqlite3.Connection):
             raise
 
     def _lg_raw(self, sql: str) -> None:
-        sqlite3.Cursor(self).execute(sql)
+        """One of litegate's own statements (past the guard)."""
+        guard = self._lg_guard
+        if guard is None:
+            sqlite3.Cursor(self).execute(sql)
+            return
+        guard.own = True
+        try:
+            sqlite3.Cursor(self).execute(sql)
+        finally:
+            guard.own = False
 
     def _lg_in_transaction(self) -> bool:
         try:
@@ -297,7 +351,7 @@ class Connection(sqlite3.Connection):
                 self.litegate_nested = False
                 if not self.litegate_read_only:
                     with contextlib.suppress(sqlite3.Error):  # closed: nothing to undo
-                        self._lg_raw("PRAGMA query_only = 0")
+                        self._lg_raw("PRAGMA query_only = 0 -- litegate")
             self.litegate_give(committed)
 
     def commit(self) -> None:
@@ -332,7 +386,7 @@ class Connection(sqlite3.Connection):
         transaction): SQLite itself refuses writes while it is on."""
         value = bool(value)
         if value != self.litegate_read_only:
-            self._lg_raw(f"PRAGMA query_only = {int(value)}")
+            self._lg_raw(f"PRAGMA query_only = {int(value)} -- litegate")
             self.litegate_read_only = value
 
     def close(self) -> None:

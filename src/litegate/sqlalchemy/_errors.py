@@ -33,6 +33,17 @@ class OpenError(exc.OperationalError, _errors.OpenError):
     Raised when a connection opens (the engine's first use)."""
 
 
+class StatementRefused(exc.OperationalError, _errors.ConfigError):
+    """A statement sqlite+litegate does not run, refused before anything
+    changed: a PRAGMA that would break every other connection to the file
+    (``journal_mode`` other than WAL, ``locking_mode=EXCLUSIVE``,
+    ``query_only``, ``writable_schema``, ``schema_version``), as
+    :func:`litegate.connect` refuses it; a ``VACUUM`` inside a transaction.
+    SQLAlchemy's ``OperationalError`` and :class:`litegate.ConfigError`;
+    ``orig`` is the :class:`litegate.ConfigError` saying what to do
+    instead."""
+
+
 class ConfigError(exc.ArgumentError, _errors.ConfigError):
     """A bad ``profile``, ``pragmas`` or ``timeout`` in the URL or in
     ``connect_args``: SQLAlchemy's ``ArgumentError`` and
@@ -57,3 +68,7 @@ def read_only_refused(statement: str) -> ReadOnlyScopeError:
 
 def open_failed(error: _errors.OpenError) -> OpenError:
     return OpenError(None, None, error)
+
+
+def statement_refused(statement: str, error: _errors.ConfigError) -> StatementRefused:
+    return StatementRefused(statement, None, error)

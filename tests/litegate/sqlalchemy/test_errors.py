@@ -11,14 +11,16 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, exc, text
+from sqlalchemy import Engine, create_engine, exc, text
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.orm import Session
 
 import litegate
-from litegate.sqlalchemy import OpenError
+from litegate.sqlalchemy import OpenError, StatementRefused, read_only
 from tests.conftest import running_as_root
 
 # -- files that cannot be opened -------------------------------------------------
@@ -167,3 +169,123 @@ def test_a_read_only_file_is_an_open_error(shared_tmp: Path, kind: str) -> None:
     assert said.startswith(f"OpenError True: {str(path)!r} is read-only for this process"), said
     with sqlite3.connect(path) as check:
         assert check.execute("SELECT a FROM t").fetchall() == [("kept",)]
+
+
+# -- PRAGMAs that break every other connection -----------------------------------
+
+REFUSED = [
+    "PRAGMA journal_mode=DELETE",
+    "PRAGMA main.journal_mode = truncate",
+    "PRAGMA locking_mode=EXCLUSIVE",
+    "PRAGMA query_only=1",
+    "PRAGMA writable_schema = ON",
+    "PRAGMA schema_version=99",
+]
+ALLOWED = ["PRAGMA journal_mode=WAL", "PRAGMA locking_mode=normal", "PRAGMA query_only=0"]
+
+
+def through(engine: Engine, how: str, sql: str) -> None:
+    """``sql`` through one of the dialect's entry points."""
+    if how == "exec_driver_sql":
+        with engine.connect() as c:
+            c.exec_driver_sql(sql)
+    elif how == "text in begin()":
+        with engine.begin() as c:
+            c.execute(text("SELECT 1"))  # inside the transaction, holding the gate
+            c.execute(text(sql))
+    elif how == "Session":
+        with Session(engine) as s:
+            s.execute(text(sql))
+    elif how == "AUTOCOMMIT":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql(sql)
+    elif how == "raw DBAPI":
+        raw = engine.raw_connection()
+        try:
+            raw.cursor().execute(sql)
+        finally:
+            raw.close()
+    else:  # the asyncio engine, on the same file
+
+        async def main() -> None:
+            aengine = create_async_engine(engine.url)
+            try:
+                async with aengine.connect() as c:
+                    await c.exec_driver_sql(sql)
+            finally:
+                await aengine.dispose()
+
+        asyncio.run(main())
+
+
+HOWS = ["exec_driver_sql", "text in begin()", "Session", "AUTOCOMMIT", "raw DBAPI", "asyncio"]
+
+
+def file_is_shared(engine: Engine, path: str) -> None:
+    """Still WAL, normal locking, every pooled connection writable, and
+    another process's plain sqlite3 reads and writes beside it."""
+    with engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert c.exec_driver_sql("PRAGMA locking_mode").scalar() == "normal"
+        assert c.exec_driver_sql("PRAGMA query_only").scalar() == 0
+        assert c.exec_driver_sql("PRAGMA writable_schema").scalar() == 0
+    conns = [engine.connect() for _ in range(3)]  # the pool's, whichever ran the PRAGMA
+    try:
+        for c in conns:
+            assert c.exec_driver_sql("PRAGMA query_only").scalar() == 0
+    finally:
+        for c in conns:
+            c.close()
+    with engine.begin() as c:
+        c.exec_driver_sql("INSERT INTO t VALUES ('ours')")
+    with closing(sqlite3.connect(path, timeout=5)) as other:
+        with other:
+            other.execute("INSERT INTO t VALUES ('other')")
+        assert other.execute("SELECT count(*) FROM t").fetchone() == (3,)
+
+
+@pytest.fixture
+def shared_file(tmp_path: Path) -> Iterator[tuple[Engine, str]]:
+    path = str(tmp_path / "app.db")
+    engine = create_engine(f"sqlite+litegate:///{path}")
+    with engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t(a)")
+        c.exec_driver_sql("INSERT INTO t VALUES ('kept')")
+    yield engine, path
+    engine.dispose()
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("sql", REFUSED)
+def test_pragmas_that_break_other_connections_are_refused(
+    shared_file: tuple[Engine, str], sql: str, how: str
+) -> None:
+    engine, path = shared_file
+    with pytest.raises(StatementRefused) as info:
+        through(engine, how, sql)
+    err = info.value
+    assert isinstance(err, litegate.ConfigError)  # the core's, as litegate.connect() refuses it
+    assert isinstance(err, exc.OperationalError)
+    assert isinstance(err.orig, litegate.ConfigError)
+    name = sql.split()[1].split("=")[0].removeprefix("main.")
+    assert str(err.orig).startswith(f"PRAGMA {name} = ")
+    file_is_shared(engine, path)
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("sql", ALLOWED)
+def test_pragmas_that_keep_the_file_shared_still_run(
+    shared_file: tuple[Engine, str], sql: str, how: str
+) -> None:
+    engine, path = shared_file
+    through(engine, how, sql)
+    file_is_shared(engine, path)
+
+
+def test_query_only_refusal_points_at_the_read_only_scope(shared_file: tuple[Engine, str]) -> None:
+    engine, _ = shared_file
+    with read_only(engine) as c:  # litegate's own PRAGMA query_only still runs
+        assert c.exec_driver_sql("PRAGMA query_only").scalar() == 1
+        advice = r"litegate_read_only=True .* or litegate.sqlalchemy.read_only\(\)"
+        with pytest.raises(StatementRefused, match=advice):
+            c.exec_driver_sql("PRAGMA query_only = 1")
