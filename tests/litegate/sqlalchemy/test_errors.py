@@ -289,3 +289,66 @@ def test_query_only_refusal_points_at_the_read_only_scope(shared_file: tuple[Eng
         advice = r"litegate_read_only=True .* or litegate.sqlalchemy.read_only\(\)"
         with pytest.raises(StatementRefused, match=advice):
             c.exec_driver_sql("PRAGMA query_only = 1")
+
+
+# -- URL values: typed, at create_engine -------------------------------------------
+
+BAD_URLS = [
+    ("timeout=abc", r"\?timeout= must be a number of seconds, got 'abc' \(for example"),
+    ("timeout=5&timeout=6", r"\?timeout= is given 2 times in the URL \('5', '6'\); give it once"),
+    ("timeout=0", "timeout must be a number of seconds greater than zero, got 0.0"),
+    ("timeout=nan", "timeout must be a number of seconds greater than zero, got nan"),
+    ("pragmas=nosuch=1", "SQLite does not know PRAGMA 'nosuch'"),
+    ("pragmas=synchronous=FULL&pragmas=cache_size=1", r"\?pragmas= is given 2 times"),
+    ("pragmas=journal_mode=DELETE", "PRAGMA journal_mode = 'DELETE': litegate runs readers"),
+    ("profile=balanced&profile=default", r"\?profile= is given 2 times"),
+    ("fair=true&fair=strict", r"\?fair= is given 2 times"),
+    ("uri=maybe", r"\?uri= must be true or false, got 'maybe'"),
+    ("check_same_thread=2", r"\?check_same_thread= must be true or false, got '2'"),
+    ("detect_types=x", r"\?detect_types= must be a whole number, got 'x'"),
+    ("cached_statements=-1", r"\?cached_statements= must be 0 or more, got '-1'"),
+    ("isolation_level=AUTOCOMMIT", r"\?isolation_level= in the URL is not applied"),
+    ("profil=conservative", "the URL's 'profil' is not a setting; use profile, pragmas"),
+    ("uri=true&nolock=1", r"\?nolock= is refused: it turns SQLite's locks off"),
+    ("uri=true&immutable=1", r"\?immutable= is refused"),
+    ("uri=true&vfs=unix-none", r"\?vfs=unix-none is refused"),
+]
+
+
+@pytest.mark.parametrize(("query", "says"), BAD_URLS)
+def test_bad_url_values_are_config_errors_at_create_engine(
+    tmp_path: Path, query: str, says: str
+) -> None:
+    from litegate.sqlalchemy import ConfigError
+
+    for make in (create_engine, create_async_engine):
+        with pytest.raises(ConfigError, match=says) as info:
+            make(f"sqlite+litegate:///{tmp_path / 'app.db'}?{query}")  # no connection yet
+        assert isinstance(info.value, litegate.ConfigError)
+        assert isinstance(info.value, exc.ArgumentError)
+    assert list(tmp_path.iterdir()) == []  # refused before anything opened
+
+
+GOOD_URLS = [
+    "timeout=2.5",
+    "timeout=inf",
+    "pragmas=mmap_size=,synchronous=FULL",
+    "fair=strict",
+    "check_same_thread=false",
+    "cached_statements=64",
+    "detect_types=0",
+    "uri=true&cache=private",
+]
+
+
+@pytest.mark.parametrize("query", GOOD_URLS)
+def test_good_url_values_still_work(tmp_path: Path, query: str) -> None:
+    engine = create_engine(f"sqlite+litegate:///{tmp_path / 'app.db'}?{query}")
+    try:
+        with engine.begin() as c:
+            c.exec_driver_sql("CREATE TABLE t(a)")
+            c.exec_driver_sql("INSERT INTO t VALUES (1)")
+        with engine.connect() as c:
+            assert c.exec_driver_sql("SELECT count(*) FROM t").scalar() == 1
+    finally:
+        engine.dispose()
