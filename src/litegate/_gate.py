@@ -136,6 +136,7 @@ def _index_reset_is_harmless(path: str) -> bool:
 # how long the parent waits for the child to let go of its copies.
 FORK_WAIT_SECONDS = 5.0
 _HELD_FOR_FORK: list[FileGate] = []
+_CALLS_HELD_FOR_FORK: list[Checkpointer] = []
 # Files a copy of a transaction could not be closed on (in a forked child).
 _FORK_BLOCKED: set[str] = set()
 # Per forking thread: the pipe its child signals on once its copies are closed.
@@ -172,6 +173,11 @@ def _before_fork() -> None:
     at most FORK_WAIT_SECONDS."""
     with _REGISTRY_LOCK:
         gates = list(_REGISTRY.values())
+    # litegate's own threads first: none may be inside SQLite at the fork
+    for gate in gates:
+        ckpt = gate._ckpt
+        if ckpt is not None and ckpt.calls.acquire(timeout=FORK_WAIT_SECONDS):
+            _CALLS_HELD_FOR_FORK.append(ckpt)
     me = threading.get_ident()
     for gate in gates:
         if gate.owner == me:
@@ -191,6 +197,10 @@ def _after_fork_in_parent() -> None:
     _HELD_FOR_FORK.clear()
     for gate in held:
         gate.lock.release()
+    calling = list(_CALLS_HELD_FOR_FORK)
+    _CALLS_HELD_FOR_FORK.clear()
+    for ckpt in calling:
+        ckpt.calls.release()
     signal = _FORK_SIGNAL.pop(threading.get_ident(), None)
     if signal is not None:
         r, w = signal
@@ -206,6 +216,7 @@ def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
     _HELD_FOR_FORK.clear()
+    _CALLS_HELD_FOR_FORK.clear()  # (the checkpointers are the parent's: dropped below)
     _FORK_BLOCKED.clear()
     try:
         for gate in list(_REGISTRY.values()):

@@ -364,3 +364,35 @@ def test_subprocess_with_preexec_fn_inside_a_write(db: litegate.Database, monkey
         )
     assert out.stdout == "child\n"
     assert db.query("SELECT v FROM t") == [("parent",)]
+
+
+def test_fork_waits_while_the_checkpointer_is_inside_sqlite(db: litegate.Database) -> None:
+    """litegate's checkpointer thread may be inside SQLite when another
+    thread forks (it opens its connection right after the file's first
+    use, under gunicorn --preload just before the workers fork): a child
+    forked then may find SQLite's process-wide mutexes (its allocator's)
+    taken forever, and hang at its first SQLite call. fork() waits until
+    the checkpointer is out of SQLite (its calls lock)."""
+    db.execute("INSERT INTO t(v) VALUES ('x')")
+    state = db._process_state()
+    ckpt = state.filegate._ckpt
+    assert ckpt is not None
+    left = [False]
+    assert ckpt.calls.acquire(timeout=10)  # as the checkpointer holds it inside SQLite
+
+    def leave() -> None:
+        time.sleep(0.3)
+        left[0] = True
+        ckpt.calls.release()
+
+    t = threading.Thread(target=leave)
+    t.start()
+    pid = os.fork()
+    if pid == 0:  # the child's copy of `left`: what it was at the fork
+        os._exit(0 if left[0] else 1)
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0
+    assert ckpt.calls.acquire(timeout=10)  # given back after the fork
+    ckpt.calls.release()
