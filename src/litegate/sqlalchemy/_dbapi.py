@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 import urllib.parse
@@ -48,17 +49,21 @@ from .._guard import is_denied
 from .._profiles import guarded_change
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
+from .._statements import VACUUM as _VACUUM_KIND
 from .._statements import kind as _kind
 from ._config import DEFAULT_PROFILE, Settings, resolve
 from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused, statement_refused
 
 # What a statement means to the gate (memoized per SQL string). PRAGMA also
 # covers ATTACH and DETACH: statements about the connection, not the data.
-PRAGMA, READ, BEGIN, TX, WRITE = range(5)
+# VACUUM rebuilds the file in place (it needs the whole gate and no
+# transaction); VACUUM_INTO writes a copy (a read of one snapshot).
+PRAGMA, READ, BEGIN, TX, WRITE, VACUUM, VACUUM_INTO = range(7)
 _SEEN: dict[str, int] = {}
 _MEMO_LIMIT = 4096
 
 _R = TypeVar("_R")
+_INTO = re.compile(r"\bINTO\b", re.IGNORECASE)
 
 
 def classify(sql: str) -> int:
@@ -72,8 +77,10 @@ def classify(sql: str) -> int:
             c = PRAGMA if head.startswith("PRAGMA") else READ
         elif k == _TX_KIND:
             c = BEGIN if head.startswith(("BEGIN", "SAVEPOINT")) else TX
+        elif k == _VACUUM_KIND:
+            c = VACUUM_INTO if _INTO.search(sql) else VACUUM
         else:
-            c = WRITE  # INSERT … DDL, WITH (which may write), VACUUM
+            c = WRITE  # INSERT … DDL, WITH (which may write)
         if len(_SEEN) < _MEMO_LIMIT:
             _SEEN[sql] = c
     return c
@@ -125,7 +132,11 @@ class Cursor(sqlite3.Cursor):
     connection: Connection
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        return self.connection.litegate_run(sql, super().execute, sql, parameters)
+        conn = self.connection
+        if classify(sql) >= VACUUM:
+            conn.litegate_vacuum(sql, super().execute, sql, parameters)
+            return self
+        return conn.litegate_run(sql, super().execute, sql, parameters)
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> Any:
         return self.connection.litegate_run(sql, super().executemany, sql, seq_of_parameters)
@@ -215,6 +226,8 @@ class Connection(sqlite3.Connection):
         ):
             return False
         c = classify(sql)
+        if c >= VACUUM:  # outside any transaction; a copy (INTO) needs no gate
+            return c == VACUUM and not self.in_transaction
         if self.litegate_pending:
             return c != PRAGMA
         return c == WRITE or (c == BEGIN and not self.in_transaction)
@@ -235,7 +248,7 @@ class Connection(sqlite3.Connection):
                 self.litegate_pending = False  # the caller's own BEGIN opens it (below)
             else:
                 self._lg_open()
-        if c == WRITE:
+        if c in (WRITE, VACUUM):
             # Read-only and nested transactions run with PRAGMA query_only:
             # SQLite itself refuses what really writes (a WITH … SELECT reads).
             if (
@@ -267,17 +280,70 @@ class Connection(sqlite3.Connection):
                 if self.litegate_read_only:
                     raise read_only_refused(sql) from exc
                 if self.litegate_nested:
-                    raise NestedWriteError(
-                        f"this transaction on {self._lg_path()!r} began while this thread (or "
-                        "asyncio task) held the file's write gate through another connection, "
-                        "so it can only read: waiting for the gate would wait for itself. "
-                        "Nothing was changed. Write through the connection that holds the "
-                        "gate, or end its transaction first"
-                    ) from exc
+                    raise self._lg_nested_write() from exc
             raise
         finally:
             if self.litegate_held and not self._lg_in_transaction():
                 self.litegate_give(committed=ok)
+
+    def _lg_nested_write(self) -> NestedWriteError:
+        return NestedWriteError(
+            f"this transaction on {self._lg_path()!r} began while this thread (or "
+            "asyncio task) held the file's write gate through another connection, "
+            "so it can only read: waiting for the gate would wait for itself. "
+            "Nothing was changed. Write through the connection that holds the "
+            "gate, or end its transaction first"
+        )
+
+    def litegate_vacuum(self, sql: str, run: Callable[..., Any], *args: Any) -> None:
+        """``VACUUM`` (``run(*args)``) outside any transaction, as
+        ``db.vacuum()`` runs it: with the file's whole write gate held (every
+        writer waits, readers go on), then a TRUNCATE checkpoint so that the
+        file shrinks at once. A transaction SQLAlchemy began and that has
+        not sent anything yet is not opened by it (it opens at its next
+        statement). ``VACUUM INTO`` writes a copy from one snapshot: no
+        gate. Inside an open transaction SQLite cannot run either:
+        :class:`StatementRefused` says what to do instead."""
+        self.litegate_thread = threading.get_ident()
+        self.litegate_calls += 1
+        try:
+            into = classify(sql) == VACUUM_INTO
+            if not into and self.litegate_read_only:
+                raise read_only_refused(sql)
+            if not into and self.litegate_nested:
+                raise self._lg_nested_write()
+            if self._lg_in_transaction():
+                raise statement_refused(
+                    sql,
+                    CoreConfigError(
+                        "VACUUM cannot run inside a transaction, and a sqlite+litegate "
+                        "transaction begins at its first statement, reads included (the stock "
+                        "driver begins at the first write). Nothing was changed. Run VACUUM as "
+                        "the first statement of a connection or transaction (with "
+                        "engine.connect() as c: c.exec_driver_sql('VACUUM')), or on a "
+                        "connection with isolation_level='AUTOCOMMIT'"
+                    ),
+                )
+            gate = self.litegate_gate
+            if into or gate is None:  # a copy, or an in-memory database: nobody to wait for
+                run(*args)
+                return
+            if not self.litegate_held:
+                self.litegate_take(sql)
+            try:
+                run(*args)
+                # The rebuilt file went to the WAL: fold it back while nobody
+                # else can write, without waiting for readers (busy 0).
+                (ms,) = sqlite3.Cursor(self).execute("PRAGMA busy_timeout").fetchone()
+                self._lg_raw("PRAGMA busy_timeout = 0 -- litegate")
+                try:
+                    self._lg_raw("PRAGMA wal_checkpoint(TRUNCATE) -- litegate")
+                finally:
+                    self._lg_raw(f"PRAGMA busy_timeout = {int(ms)} -- litegate")
+            finally:
+                self.litegate_give(committed=True)
+        finally:
+            self.litegate_calls -= 1
 
     def _lg_open(self) -> None:
         """The pending transaction's ``BEGIN``: IMMEDIATE with the gate, or a

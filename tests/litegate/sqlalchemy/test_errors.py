@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -20,7 +21,13 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 
 import litegate
-from litegate.sqlalchemy import OpenError, StatementRefused, read_only
+from litegate.sqlalchemy import (
+    GateTimeout,
+    OpenError,
+    ReadOnlyScopeError,
+    StatementRefused,
+    read_only,
+)
 from tests.conftest import running_as_root
 
 # -- files that cannot be opened -------------------------------------------------
@@ -352,3 +359,151 @@ def test_good_url_values_still_work(tmp_path: Path, query: str) -> None:
             assert c.exec_driver_sql("SELECT count(*) FROM t").scalar() == 1
     finally:
         engine.dispose()
+
+
+# -- VACUUM ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def holey(tmp_path: Path) -> Iterator[tuple[Engine, str]]:
+    """A file with half its pages free (rows deleted), and 1,500 rows kept."""
+    path = str(tmp_path / "app.db")
+    engine = create_engine(f"sqlite+litegate:///{path}")
+    with engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t(a)")
+        c.exec_driver_sql(
+            "INSERT INTO t WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
+            "WHERE i < 3000) SELECT randomblob(1000) FROM r"
+        )
+        c.exec_driver_sql("DELETE FROM t WHERE rowid > 1500")
+    yield engine, path
+    engine.dispose()
+
+
+def pages(path: str) -> tuple[int, int, int]:
+    with closing(sqlite3.connect(path)) as conn:
+        count = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        rows = conn.execute("SELECT count(*) FROM t").fetchone()[0]
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    return count, free, rows
+
+
+VACUUMS = ["connect()", "begin()", "Session", "AUTOCOMMIT", "raw DBAPI", "asyncio connect()",
+           "asyncio begin()"]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", VACUUMS)
+def test_vacuum_runs_as_the_first_statement(holey: tuple[Engine, str], how: str) -> None:
+    """As with the stock driver, VACUUM runs as the first statement of a
+    connection or transaction: outside any transaction, with the whole
+    write gate held (as db.vacuum() runs it); the free pages are gone and
+    the rows kept; the transaction goes on after it."""
+    engine, path = holey
+    count, free, rows = pages(path)
+    assert free > count // 3
+    if how == "connect()":
+        with engine.connect() as c:
+            assert not c.exec_driver_sql("VACUUM").returns_rows
+    elif how == "begin()":
+        with engine.begin() as c:
+            c.exec_driver_sql("VACUUM")
+            c.exec_driver_sql("INSERT INTO t VALUES (1)")  # the transaction opens here
+            rows += 1
+    elif how == "Session":
+        with Session(engine) as s:
+            s.execute(text("VACUUM"))
+            s.commit()
+    elif how == "AUTOCOMMIT":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql("VACUUM")
+    elif how == "raw DBAPI":
+        raw = engine.raw_connection()
+        try:
+            raw.cursor().execute("VACUUM")
+        finally:
+            raw.close()
+    else:
+
+        async def main() -> None:
+            aengine = create_async_engine(engine.url)
+            try:
+                if how == "asyncio connect()":
+                    async with aengine.connect() as c:
+                        await c.exec_driver_sql("VACUUM")
+                else:
+                    async with aengine.begin() as c:
+                        await c.exec_driver_sql("VACUUM")
+                        await c.exec_driver_sql("INSERT INTO t VALUES (1)")
+            finally:
+                await aengine.dispose()
+
+        asyncio.run(main())
+        rows += how == "asyncio begin()"
+    after = pages(path)
+    assert after[1:] == (0, rows)
+    assert after[0] <= count - free + 1
+
+
+def test_vacuum_into_writes_a_copy(holey: tuple[Engine, str], tmp_path: Path) -> None:
+    engine, path = holey
+    copy = tmp_path / "copy.db"
+    with engine.connect() as c:
+        c.exec_driver_sql("VACUUM INTO ?", (str(copy),))
+    with closing(sqlite3.connect(copy)) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (1500,)
+        assert conn.execute("PRAGMA freelist_count").fetchone() == (0,)
+    assert pages(path)[2] == 1500
+
+
+def test_vacuum_inside_an_open_transaction_says_what_to_do(holey: tuple[Engine, str]) -> None:
+    """A sqlite+litegate transaction begins at its first statement, reads
+    included (the stock driver, at the first write): VACUUM after a read is
+    refused, nothing changed, and the transaction goes on."""
+    engine, path = holey
+    before = pages(path)
+    with engine.begin() as c:
+        c.exec_driver_sql("SELECT count(*) FROM t")
+        with pytest.raises(StatementRefused) as info:
+            c.exec_driver_sql("VACUUM")
+        c.exec_driver_sql("INSERT INTO t VALUES (1)")
+    assert isinstance(info.value, litegate.ConfigError)
+    assert isinstance(info.value, exc.OperationalError)
+    assert str(info.value.orig).startswith("VACUUM cannot run inside a transaction")
+    assert "isolation_level='AUTOCOMMIT'" in str(info.value.orig)
+    assert pages(path) == (before[0], before[1], before[2] + 1)
+
+
+def test_vacuum_in_a_read_only_scope_is_refused(holey: tuple[Engine, str]) -> None:
+    engine, path = holey
+    before = pages(path)
+    with pytest.raises(ReadOnlyScopeError), read_only(engine) as c:
+        c.exec_driver_sql("VACUUM")
+    assert pages(path) == before
+
+
+def test_vacuum_queues_for_the_gate(holey: tuple[Engine, str], tmp_path: Path) -> None:
+    """VACUUM waits for the gate like any writer: with a transaction of
+    another thread holding it, it times out with GateTimeout (never
+    "database is locked")."""
+    engine, path = holey
+    held, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with engine.begin() as c:
+            c.exec_driver_sql("INSERT INTO t VALUES (1)")
+            held.set()
+            leave.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    quick = create_engine(f"sqlite+litegate:///{path}?timeout=0.3")
+    try:
+        with pytest.raises(GateTimeout), quick.connect() as c:
+            c.exec_driver_sql("VACUUM")
+    finally:
+        leave.set()
+        t.join()
+        quick.dispose()
+    assert pages(path)[2] == 1501
