@@ -40,8 +40,8 @@ def parse_pragmas(text: str) -> dict[str, str | None]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip():
             raise ConfigError(
-                f"pragmas: expected NAME=VALUE items separated by commas, got {part!r} "
-                "(for example ?pragmas=synchronous=FULL,cache_size=-40000)"
+                "sqlite+litegate: ?pragmas= must be NAME=VALUE items separated by commas, "
+                f"got {part!r} (for example ?pragmas=synchronous=FULL,cache_size=-40000)"
             )
         out[name.strip()] = value.strip() or None
     return out

@@ -122,7 +122,7 @@ class _Guard:
                 "went out, writable. For transactions that only read use the "
                 "litegate_read_only=True execution option or litegate.sqlalchemy.read_only()"
             )
-        self.denied = why
+        self.denied = f"{why} (refused before it ran, nothing changed: remove the statement)"
         return _DENY
 
 
