@@ -70,6 +70,11 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stop = False
         self.busy = False  # inside a checkpoint call (fork safety reads this)
+        # Held while this thread is inside SQLite (opening, checkpointing,
+        # closing): fork() waits for it (_gate._before_fork), since a child
+        # forked while any thread is inside SQLite may find SQLite's
+        # process-wide mutexes (its allocator's) taken forever.
+        self.calls = threading.Lock()
         self.conn: sqlite3.Connection | None = None
         self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
         self.restart = WaitHistogram()  # durations of gated turns (catch-up + RESTART)
@@ -91,7 +96,8 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
-            self.conn = self._connect()
+            with self.calls:
+                self.conn = self._connect()
         except Exception:
             self.errors += 1
             return
@@ -103,10 +109,11 @@ class Checkpointer:
             if self._commits == 0:
                 continue
             self._commits = 0
-            try:
-                self.checkpoint()
-            except sqlite3.Error:
-                self.errors += 1  # counted in stats(); the next round tries again
+            with self.calls:
+                try:
+                    self.checkpoint()
+                except sqlite3.Error:
+                    self.errors += 1  # counted in stats(); the next round tries again
 
     def checkpoint(self) -> tuple[int, int, int]:
         """One round: PASSIVE, then a gated catch-up and RESTART if the log is long."""
@@ -182,4 +189,5 @@ class Checkpointer:
             self._thread.join(5)
         conn, self.conn = self.conn, None
         if conn is not None and not self.busy:
-            conn.close()
+            with self.calls:
+                conn.close()

@@ -32,7 +32,7 @@ from ._errors import (
     WriteTimeout,
 )
 from ._fair import BOUNDED, STRICT, UNFAIR, Budget, HandoffQueue, QueueClosed, QueueTimeout
-from ._gate import FileGate, drop_after_fork
+from ._gate import FileGate, drop_after_fork, on_fork_in_child
 from ._guard import (
     BEGIN,
     COMMIT,
@@ -92,8 +92,7 @@ def _after_fork_in_child() -> None:
         db._forget_parent_state()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
 
 
 def _positive(name: str, value: object, *, integer: bool = False) -> Any:
@@ -372,21 +371,7 @@ class Database:
         return conn
 
     def _open_error(self, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
-        code = _errcode(exc)
-        if code == _SQLITE_NOTADB:
-            return OpenError(
-                f"{self.path!r} is not a SQLite database ({exc}); point litegate at a SQLite "
-                "file or at a path where it may create a new one"
-            )
-        if code == _SQLITE_READONLY:
-            return OpenError(
-                f"{self.path!r} is read-only for this process ({exc}); litegate needs write "
-                "access to the file and to its -wal, -shm and -litegate companions"
-            )
-        return OpenError(
-            f"cannot open {self.path!r}: {exc}; run litegate doctor {self.path!r} to see what "
-            "is wrong with it, and restore it from a backup if SQLite cannot read it"
-        )
+        return open_error(self.path, exc)
 
     # -- writing ----------------------------------------------------------
     def write(self, timeout: float | None = None) -> _WriteBlock:
@@ -1106,6 +1091,27 @@ def orphan_log(path: str) -> str:
                 f"if those transactions are not wanted, move {path + suffix!r} away first"
             )
     return ""
+
+
+def open_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
+    """SQLite's error opening (or first reading) ``path`` as the typed error
+    saying what is wrong and what to do (the core's, Django's and
+    SQLAlchemy's)."""
+    code = _errcode(exc)
+    if code == _SQLITE_NOTADB:
+        return OpenError(
+            f"{path!r} is not a SQLite database ({exc}); point litegate at a SQLite "
+            "file or at a path where it may create a new one"
+        )
+    if code == _SQLITE_READONLY:
+        return OpenError(
+            f"{path!r} is read-only for this process ({exc}); litegate needs write "
+            "access to the file and to its -wal, -shm and -litegate companions"
+        )
+    return OpenError(
+        f"cannot open {path!r}: {exc}; run litegate doctor {path!r} to see what "
+        "is wrong with it, and restore it from a backup if SQLite cannot read it"
+    )
 
 
 def _check_path(path: str) -> None:

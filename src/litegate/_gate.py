@@ -24,10 +24,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import sqlite3
+import struct
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -54,15 +57,18 @@ def drop_after_fork(conn: sqlite3.Connection, idle: bool) -> None:
     It must not be used, and an idle copy must be closed: SQLite keeps
     per-file lock bookkeeping in process memory, and a live copy would make
     the child's own new connections believe they hold locks the kernel never
-    gave them. Closing a copy in the child is safe (POSIX locks are not
-    inherited, so unlocking touches none of the parent's; the WAL clean-up on
-    close needs an exclusive lock the parent's shared lock denies). ``idle``:
-    no thread was inside SQLite with it at the fork (it was idle, or it
-    belonged to the thread that called fork()). A copy that another thread
-    was using may be mid-call with its mutex held forever: closing it would
-    hang, so it is parked, never closed.
+    gave them (a copy inside a write transaction: that the file's write lock
+    is taken, forever). Closing a copy in the child is safe (POSIX locks are
+    not inherited, so unlocking touches none of the parent's; the WAL
+    clean-up on close needs an exclusive lock the parent's shared lock
+    denies), with one exception, see :func:`_rollback_is_harmless`: a copy
+    of a transaction that has already written pages to the WAL is parked.
+    ``idle``: no thread was inside SQLite with it at the fork (it was idle,
+    or it belonged to the thread that called fork()). A copy that another
+    thread was using may be mid-call with its mutex held forever: closing it
+    would hang, so it is parked, never closed.
     """
-    if idle:
+    if idle and _rollback_is_harmless(conn):
         try:
             close_connection(conn)
             return
@@ -71,9 +77,82 @@ def drop_after_fork(conn: sqlite3.Connection, idle: bool) -> None:
     _FORK_ORPHANS.append(conn)
 
 
-# How long fork() waits for another thread's write transaction to end.
+def _rollback_is_harmless(conn: sqlite3.Connection) -> bool:
+    """May the child close this copy? Closing one inside a transaction rolls
+    it back, and in WAL mode a rollback resets the shared wal-index to the
+    last commit, erasing the index entries of frames written after it: the
+    parent's own transaction, still running, loses the pages it has already
+    written to the WAL (a transaction bigger than the page cache spills
+    them), and its COMMIT then makes the file corrupt. So a copy inside a
+    transaction is closed only when each of its files is in WAL mode and
+    that reset cannot erase anything (:func:`_index_reset_is_harmless`; the
+    forking thread's write transaction, if any, is paused until the child
+    is done: see :func:`_before_fork`). A file whose copy cannot be closed
+    is noted: the child cannot write to it (:attr:`FileGate.fork_blocked`)."""
+    try:
+        if not conn.in_transaction:
+            return True
+        files = [row[2] for row in sqlite3.Cursor(conn).execute("PRAGMA database_list") if row[2]]
+    except sqlite3.Error:
+        return False
+    blocked = [f for f in files if not _index_reset_is_harmless(f)]
+    _FORK_BLOCKED.update(os.path.realpath(f) for f in blocked)
+    return not blocked
+
+
+def _index_reset_is_harmless(path: str) -> bool:
+    """``path`` is in WAL mode, and a rollback's reset of its wal-index
+    erases nothing: nothing is committed in the current WAL (SQLite's reset
+    then leaves the index alone), or the WAL holds no frame written after
+    the last commit. Read with plain file reads, in the child only: closing
+    a file descriptor drops every POSIX lock of the process on that file,
+    and the child holds none (the parent does)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+        with open(path + "-shm", "rb") as f:
+            index = f.read(96)
+    except OSError:
+        return False
+    # the database header's read and write versions: 2 is WAL
+    if len(header) < 100 or header[18:20] != b"\x02\x02":
+        return False
+    # the wal-index header, twice (native byte order): both copies equal once written
+    if len(index) < 96 or index[:48] != index[48:96] or not index[12]:
+        return False
+    size, last = struct.unpack_from("=HI", index, 14)
+    if last == 0:
+        return True
+    page = (size & 0xFE00) + ((size & 1) << 16)
+    salt = index[32:40]
+    try:
+        with open(path + "-wal", "rb") as f:
+            f.seek(32 + last * (24 + page))  # the frame after the last committed one
+            frame = f.read(24)
+    except OSError:
+        return False
+    # a frame of the current WAL carries its salt: one there was written after the commit
+    return len(frame) < 24 or frame[8:16] != salt
+
+
+# How long fork() waits for another thread's write transaction to end, and
+# how long the parent waits for the child to let go of its copies.
 FORK_WAIT_SECONDS = 5.0
 _HELD_FOR_FORK: list[FileGate] = []
+_CALLS_HELD_FOR_FORK: list[Checkpointer] = []
+# Files a copy of a transaction could not be closed on (in a forked child).
+_FORK_BLOCKED: set[str] = set()
+# Per forking thread: the pipe its child signals on once its copies are closed.
+_FORK_SIGNAL: dict[int, tuple[int, int]] = {}
+# The modules' own after-fork hooks (see on_fork_in_child).
+_CHILD_HOOKS: list[Callable[[], None]] = []
+
+
+def on_fork_in_child(hook: Callable[[], None]) -> None:
+    """Run ``hook`` in every forked child: after the gates are forgotten and
+    before the parent may go on. Each module that keeps connections lets go
+    of its copies there (with :func:`drop_after_fork`)."""
+    _CHILD_HOOKS.append(hook)
 
 
 def _before_fork() -> None:
@@ -86,13 +165,28 @@ def _before_fork() -> None:
     even with plain sqlite3). So fork() takes every file's in-process gate
     first, as a writer would, waiting up to FORK_WAIT_SECONDS for a running
     transaction to end; the parent gives the gates back right after the fork,
-    and in the child the copies are idle and can be closed. A gate the forking
-    thread holds itself (fork() inside db.write()) is left alone."""
+    and in the child the copies are idle and can be closed.
+
+    A gate the forking thread holds itself (fork() inside db.write(), or
+    inside a SQLAlchemy or Django transaction) is left alone: the child
+    closes its copy of that transaction (rolling it back, in the child's
+    memory). For that rollback to see the WAL as the fork left it, the
+    parent's forking thread waits, after the fork, until the child has let
+    go of its copies (a pipe; a child that execs or exits closes it too),
+    at most FORK_WAIT_SECONDS."""
     with _REGISTRY_LOCK:
         gates = list(_REGISTRY.values())
+    # litegate's own threads first: none may be inside SQLite at the fork
+    for gate in gates:
+        ckpt = gate._ckpt
+        if ckpt is not None and ckpt.calls.acquire(timeout=FORK_WAIT_SECONDS):
+            _CALLS_HELD_FOR_FORK.append(ckpt)
     me = threading.get_ident()
     for gate in gates:
         if gate.owner == me:
+            if me not in _FORK_SIGNAL:
+                with contextlib.suppress(OSError):  # no pipe: the parent does not wait
+                    _FORK_SIGNAL[me] = os.pipe()
             continue
         try:
             if gate.lock.acquire(FORK_WAIT_SECONDS):
@@ -106,19 +200,49 @@ def _after_fork_in_parent() -> None:
     _HELD_FOR_FORK.clear()
     for gate in held:
         gate.lock.release()
+    calling = list(_CALLS_HELD_FOR_FORK)
+    _CALLS_HELD_FOR_FORK.clear()
+    for ckpt in calling:
+        ckpt.calls.release()
+    signal = _FORK_SIGNAL.pop(threading.get_ident(), None)
+    if signal is not None:
+        r, w = signal
+        os.close(w)  # the child's copy is the last: its close or exit ends the wait too
+        try:
+            if select.select([r], [], [], FORK_WAIT_SECONDS)[0]:
+                os.read(r, 1)
+        finally:
+            os.close(r)
 
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
     _HELD_FOR_FORK.clear()
-    for gate in list(_REGISTRY.values()):
-        gate.plock.forget_after_fork()
-        gate._forget_combiner_after_fork()
-        ckpt, gate._ckpt = gate._ckpt, None
-        if ckpt is not None and ckpt.conn is not None:
-            drop_after_fork(ckpt.conn, idle=not ckpt.busy)
-    _REGISTRY.clear()
+    _CALLS_HELD_FOR_FORK.clear()  # (the checkpointers are the parent's: dropped below)
+    _FORK_BLOCKED.clear()
+    try:
+        for gate in list(_REGISTRY.values()):
+            gate.plock.forget_after_fork()
+            gate._forget_combiner_after_fork()
+            ckpt, gate._ckpt = gate._ckpt, None
+            if ckpt is not None and ckpt.conn is not None:
+                drop_after_fork(ckpt.conn, idle=not ckpt.busy)
+        _REGISTRY.clear()
+        for hook in list(_CHILD_HOOKS):
+            try:
+                hook()
+            except Exception:  # pragma: no cover - each hook lets go of its own copies
+                traceback.print_exc()
+    finally:
+        me = threading.get_ident()
+        for tid, (r, w) in list(_FORK_SIGNAL.items()):
+            with contextlib.suppress(OSError):
+                os.close(r)
+                if tid == me:
+                    os.write(w, b".")
+                os.close(w)
+        _FORK_SIGNAL.clear()
 
 
 _FORK_ORPHANS: list[sqlite3.Connection] = []
@@ -169,6 +293,10 @@ class FileGate:
         self._keeper: threading.Thread | None = None
         self._closing = False
         self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
+        # A forked child whose copy of the parent's write transaction on this
+        # file could not be closed (see _rollback_is_harmless): SQLite's
+        # write lock stays taken in this process, so no write can succeed.
+        self.fork_blocked = path in _FORK_BLOCKED  # (open() resolved the path)
         self.waited = False  # the last acquire() slept in a line (read by its grantee)
         # Combining other processes' writes (see _combine.py): the group
         # commits of this process's Databases opened with combine=True, the
@@ -387,7 +515,7 @@ class FileGate:
         cohort: when this process already holds the gate across processes
         and another process's head is still within its budget, the turn is
         passed the gate as any thread of the process would be."""
-        if not self.acquire(timeout, STRICT):
+        if self.fork_blocked or not self.acquire(timeout, STRICT):
             yield False
             return
         try:
@@ -434,6 +562,16 @@ class FileGate:
         """The in-process lock is ours: take the cross-process gate too,
         unless this process holds it already. On failure (timeout, error)
         the in-process lock is given back."""
+        if self.fork_blocked:
+            self.lock.release()
+            raise NestedWriteError(
+                f"this process was forked while the forking thread was inside a write "
+                f"transaction on {self.path!r} that had already written pages to the WAL; "
+                "closing the child's copy of it would undo those pages under the parent, so "
+                "the copy keeps SQLite's write lock in this process and no write here can "
+                "succeed. Fork before that transaction or after it ends, or start the child "
+                "with the spawn method"
+            )
         try:
             if self._cohort:
                 plock = self.plock
@@ -465,7 +603,7 @@ class FileGate:
         waits, and this process holds the cross-process gate or can take it
         at once): the lone writer's path, with no clock read and no queue.
         False leaves everything as it was. Not while the grant log is on."""
-        if _grantlog._LOG is not None or not self.lock.try_acquire():
+        if _grantlog._LOG is not None or self.fork_blocked or not self.lock.try_acquire():
             return False
         plock = self.plock
         if self._cohort:

@@ -242,3 +242,157 @@ def test_fork_while_parent_holds_the_gate(db: litegate.Database, db_path: str) -
     assert os.read(r, 16) == b"2"  # the child saw the parent's committed row
     os.close(r)
     assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["child", "parent"]
+
+
+def _child_write(db_path: str, w: int) -> None:
+    """In a forked child: say it runs (its after-fork hooks are done), then
+    one write through a new Database; what happened, to ``w``."""
+    code = 1
+    try:
+        os.write(w, b"+")
+        try:
+            with litegate.connect(db_path, timeout=2) as child_db:
+                child_db.execute("INSERT INTO t(v) VALUES ('child')")
+            said = "wrote"
+        except litegate.Error as exc:
+            said = f"{type(exc).__name__}: {exc}"
+        os.write(w, said.encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+@pytest.mark.parametrize("log", ["with commits", "empty"])
+def test_fork_inside_a_write_that_spilled_keeps_the_parents_pages(db_path: str, log: str) -> None:
+    """fork() inside db.write() after the transaction outgrew the page cache
+    (SQLite wrote some of its pages to the WAL before COMMIT). The child's
+    copy of the write connection must not be rolled back when that would
+    erase those pages from the shared WAL index: the parent's COMMIT would
+    then leave a corrupt file. With commits in the WAL the copy is parked
+    and the child's writes fail at once with NestedWriteError saying why;
+    with an empty WAL SQLite's rollback leaves the index alone, so the copy
+    is closed and the child writes. The parent commits every row."""
+    db = litegate.connect(db_path, pragmas={"cache_size": 10})
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    if log == "empty":
+        db.checkpoint("TRUNCATE")  # nothing committed in the WAL: the next writer restarts it
+    rows = [(f"{i:05d}" + "x" * 200,) for i in range(3000)]
+    r, w = os.pipe()
+    try:
+        with db.write() as conn:
+            conn.executemany("INSERT INTO t(v) VALUES (?)", rows[:1500])
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                _child_write(db_path, w)
+            os.close(w)
+            assert os.read(r, 1) == b"+"  # the child has let go of its copies
+            conn.executemany("INSERT INTO t(v) VALUES (?)", rows[1500:])
+        said = os.read(r, 1000).decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status)
+        assert os.WEXITSTATUS(status) == 0
+        with sqlite3.connect(db_path) as check:
+            assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            got = [v for (v,) in check.execute("SELECT v FROM t WHERE v != 'child' ORDER BY id")]
+            assert got == [v for (v,) in rows]
+            children = check.execute("SELECT count(*) FROM t WHERE v = 'child'").fetchone()[0]
+        if log == "with commits":
+            assert said.startswith(
+                "NestedWriteError: this process was forked while the forking thread was inside "
+                f"a write transaction on {os.path.realpath(db_path)!r} that had already written "
+                "pages to the WAL"
+            ), said
+            assert children == 0
+        else:
+            assert (said, children) == ("wrote", 1)
+    finally:
+        os.close(r)
+        db.close()
+
+
+def test_fork_inside_a_write_waits_for_the_child_to_let_go(
+    db: litegate.Database, db_path: str, tmp_path: Any
+) -> None:
+    """fork() inside db.write() returns in the parent only after the child
+    has let go of its copies (its after-fork hooks ran), so the parent's
+    transaction cannot go on (and commit, and let another writer in) while
+    the child rolls its copy back."""
+    from litegate import _gate
+
+    marker = tmp_path / "child-let-go"
+
+    def slow_hook() -> None:  # runs in the child, among litegate's own hooks
+        time.sleep(0.3)
+        marker.write_text("done")
+
+    _gate.on_fork_in_child(slow_hook)
+    try:
+        with db.write() as conn:
+            conn.execute("INSERT INTO t(v) VALUES ('parent')")
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            seen = marker.exists()  # right after fork() returned in the parent
+        os.waitpid(pid, 0)
+    finally:
+        _gate._CHILD_HOOKS.remove(slow_hook)
+    assert seen
+    assert db.query("SELECT v FROM t") == [("parent",)]
+
+
+def test_subprocess_with_preexec_fn_inside_a_write(db: litegate.Database, monkeypatch: Any) -> None:
+    """A child that runs no after-fork hook (subprocess with preexec_fn
+    execs at once) releases the parent at its exec: the pipe it would
+    signal on is closed there. (Were it not, the parent would wait
+    FORK_WAIT_SECONDS, made longer than the test's timeout here.)"""
+    import subprocess
+    import sys
+
+    from litegate import _gate
+
+    monkeypatch.setattr(_gate, "FORK_WAIT_SECONDS", 3600.0)
+    with db.write() as conn:
+        conn.execute("INSERT INTO t(v) VALUES ('parent')")
+        out = subprocess.run(
+            [sys.executable, "-c", "print('child')"],
+            preexec_fn=lambda: None,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+    assert out.stdout == "child\n"
+    assert db.query("SELECT v FROM t") == [("parent",)]
+
+
+def test_fork_waits_while_the_checkpointer_is_inside_sqlite(db: litegate.Database) -> None:
+    """litegate's checkpointer thread may be inside SQLite when another
+    thread forks (it opens its connection right after the file's first
+    use, under gunicorn --preload just before the workers fork): a child
+    forked then may find SQLite's process-wide mutexes (its allocator's)
+    taken forever, and hang at its first SQLite call. fork() waits until
+    the checkpointer is out of SQLite (its calls lock)."""
+    db.execute("INSERT INTO t(v) VALUES ('x')")
+    state = db._process_state()
+    ckpt = state.filegate._ckpt
+    assert ckpt is not None
+    left = [False]
+    assert ckpt.calls.acquire(timeout=10)  # as the checkpointer holds it inside SQLite
+
+    def leave() -> None:
+        time.sleep(0.3)
+        left[0] = True
+        ckpt.calls.release()
+
+    t = threading.Thread(target=leave)
+    t.start()
+    pid = os.fork()
+    if pid == 0:  # the child's copy of `left`: what it was at the fork
+        os._exit(0 if left[0] else 1)
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0
+    assert ckpt.calls.acquire(timeout=10)  # given back after the fork
+    ckpt.calls.release()

@@ -31,7 +31,7 @@ from .._database import _check_path as check_path
 from .._database import budget_of
 from .._errors import ConfigError, Error, OpenError, WriteTimeout
 from .._fair import BOUNDED
-from .._gate import FileGate, drop_after_fork
+from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._statements import VACUUM, WRITE
 from .._statements import kind as statement_kind
 from .creation import DatabaseCreation
@@ -200,8 +200,7 @@ def _after_fork_in_child() -> None:
         wrapper.litegate_forget_parent(me)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
 
 
 class DatabaseWrapper(sqlite_base.DatabaseWrapper):

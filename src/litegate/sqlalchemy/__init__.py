@@ -26,12 +26,14 @@ Query parameters or ``connect_args``: ``profile`` (litegate's PRAGMA
 profiles), ``pragmas`` (overrides), ``timeout`` (seconds to wait for the
 gate; also sqlite3's busy timeout). A gate timeout raises
 :class:`GateTimeout`, SQLAlchemy's ``OperationalError`` and
-:class:`litegate.WriteTimeout`.
+:class:`litegate.WriteTimeout`; a file that cannot be opened the way
+litegate needs it raises :class:`OpenError` (``OperationalError`` and
+:class:`litegate.OpenError`).
 """
 
 from ._dbapi import connect
 from ._dialect import AsyncLitegateDialect, LitegateDialect
-from ._errors import ConfigError, GateTimeout, ReadOnlyScopeError
+from ._errors import ConfigError, GateTimeout, OpenError, ReadOnlyScopeError, StatementRefused
 from ._pool import AsyncFairQueuePool, FairQueuePool
 from ._scope import read_only
 
@@ -44,7 +46,9 @@ __all__ = [
     "FairQueuePool",
     "GateTimeout",
     "LitegateDialect",
+    "OpenError",
     "ReadOnlyScopeError",
+    "StatementRefused",
     "connect",
     "dialect",
     "read_only",

@@ -146,6 +146,16 @@ class AsyncAdaptedSSCursor(AsyncAdaptedCursor):
             self._adapt._run(cur.close)
 
 
+def _counted(conn: _dbapi.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the connection's thread, counted as a call under way
+    (a fork meanwhile leaves the child's copy parked, not closed)."""
+    conn.litegate_calls += 1
+    try:
+        return fn(*args)
+    finally:
+        conn.litegate_calls -= 1
+
+
 class AsyncAdaptedConnection(AdaptedConnection):
     """The DBAPI connection SQLAlchemy's asyncio engine sees."""
 
@@ -156,6 +166,7 @@ class AsyncAdaptedConnection(AdaptedConnection):
         self._connection = conn  # type: ignore[assignment]  # SQLAlchemy's name for it
         self._conn = conn  # the same, typed
         self._thread = thread
+        conn.litegate_own_thread = True
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on this connection's thread; the greenlet waits on
@@ -164,8 +175,11 @@ class AsyncAdaptedConnection(AdaptedConnection):
         return await_(asyncio.wrap_future(self._submit(fn, *args)))
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        conn = self._conn
+        if conn._lg_forked:  # the parent's, in a forked child: its thread is not here
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         try:
-            return self._thread.submit(fn, *args)
+            return self._thread.submit(_counted, conn, fn, *args)
         except RuntimeError:  # the thread was shut down: closed
             # pysqlite's words, which SQLAlchemy takes for a lost connection
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.") from None
@@ -261,7 +275,7 @@ class AsyncAdaptedConnection(AdaptedConnection):
         if conn._lg_forked:  # the parent's, in a forked child
             return
         try:
-            closing = self._thread.submit(conn.close)
+            closing = self._thread.submit(_counted, conn, conn.close)
         except RuntimeError:  # closed already
             return
         try:
@@ -283,7 +297,7 @@ class AsyncAdaptedConnection(AdaptedConnection):
         if self._conn._lg_forked:
             return
         with contextlib.suppress(RuntimeError):  # closed already
-            self._thread.submit(self._conn.close)
+            self._thread.submit(_counted, self._conn, self._conn.close)
         self._thread.shutdown(wait=False)
 
 

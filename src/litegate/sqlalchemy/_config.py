@@ -5,6 +5,9 @@ applies."""
 from __future__ import annotations
 
 import math
+import os
+import sqlite3
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +40,8 @@ def parse_pragmas(text: str) -> dict[str, str | None]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip():
             raise ConfigError(
-                f"pragmas: expected NAME=VALUE items separated by commas, got {part!r} "
-                "(for example ?pragmas=synchronous=FULL,cache_size=-40000)"
+                "sqlite+litegate: ?pragmas= must be NAME=VALUE items separated by commas, "
+                f"got {part!r} (for example ?pragmas=synchronous=FULL,cache_size=-40000)"
             )
         out[name.strip()] = value.strip() or None
     return out
@@ -84,3 +87,97 @@ def resolve(profile: Any, pragmas: Any, timeout: Any, fair: Any = True) -> Setti
     resolved.setdefault("journal_size_limit", 8 * every * 4096)
     resolved.pop("busy_timeout", None)  # sqlite3's timeout= sets it
     return Settings(resolved, float(timeout), every, budget)
+
+
+# What a URL's query string may hold: litegate's settings, then the sqlite3
+# arguments SQLAlchemy's pysqlite dialect passes on (with their types). The
+# rest, with uri=true, are SQLite's own URI parameters.
+LITEGATE_KEYS = ("profile", "pragmas", "fair")
+DRIVER_KEYS: dict[str, type] = {
+    "timeout": float,
+    "uri": bool,
+    "check_same_thread": bool,
+    "detect_types": int,
+    "cached_statements": int,
+}
+_TRUE = ("true", "yes", "on", "y", "t", "1")
+_FALSE = ("false", "no", "off", "n", "f", "0")
+# SQLite URI parameters that turn off what several processes on one file need.
+_UNSAFE_URI = {
+    "nolock": "it turns SQLite's locks off, and other processes would read and write the "
+    "file without them (a corrupt file)",
+    "immutable": "it tells SQLite nobody changes the file, and litegate's writers do",
+}
+
+
+def check_url(query: Mapping[str, str | tuple[str, ...]]) -> None:
+    """Every value of a ``sqlite+litegate`` URL's query string, checked at
+    ``create_engine``: :class:`ConfigError` saying what to write instead."""
+    for key, value in query.items():
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"sqlite+litegate: ?{key}= is given {len(value)} times in the URL "
+                f"({', '.join(map(repr, value))}); give it once"
+            )
+    uri = False
+    for key, kind in DRIVER_KEYS.items():
+        text = query.get(key)
+        if not isinstance(text, str):
+            continue
+        if kind is bool:
+            if text.strip().lower() not in _TRUE + _FALSE:
+                raise ConfigError(f"sqlite+litegate: ?{key}= must be true or false, got {text!r}")
+            if key == "uri":
+                uri = text.strip().lower() in _TRUE
+            continue
+        try:
+            number = kind(text)
+        except ValueError:
+            example = "?timeout=10" if key == "timeout" else f"?{key}=0"
+            what = "a number of seconds" if kind is float else "a whole number"
+            raise ConfigError(
+                f"sqlite+litegate: ?{key}= must be {what}, got {text!r} (for example {example})"
+            ) from None
+        if kind is int and number < 0:
+            raise ConfigError(f"sqlite+litegate: ?{key}= must be 0 or more, got {text!r}")
+    if "isolation_level" in query:
+        raise ConfigError(
+            "sqlite+litegate: ?isolation_level= in the URL is not applied (SQLAlchemy's pysqlite "
+            "dialect passes it to nothing); pass create_engine(url, isolation_level=...) or "
+            "use execution_options(isolation_level=...)"
+        )
+    known = (*LITEGATE_KEYS, *DRIVER_KEYS)
+    others = [k for k in query if k not in known]
+    if others and not uri:
+        raise ConfigError(
+            f"sqlite+litegate: the URL's {', '.join(map(repr, others))} is not a setting; "
+            f"use {', '.join(known)}, or uri=true for SQLite's own URI parameters"
+        )
+    for key in others:
+        why = _UNSAFE_URI.get(key.lower())
+        if why is not None and str(query[key]).strip().lower() not in _FALSE:
+            raise ConfigError(f"sqlite+litegate: ?{key}= is refused: {why}; remove it")
+        if key.lower() == "vfs" and query[key] != "unix":
+            raise ConfigError(
+                f"sqlite+litegate: ?vfs={query[key]} is refused: litegate's processes share the "
+                "file through the default unix VFS's locks; remove it"
+            )
+
+
+def check_pragma_names(pragmas: Mapping[str, object]) -> None:
+    """Each PRAGMA SQLite must know as a setting, as a connection finds out
+    when it opens the file: asked now of a throwaway database file (an
+    in-memory one has no ``mmap_size``)."""
+    if not pragmas:
+        return
+    with tempfile.TemporaryDirectory(prefix="litegate-pragmas-") as folder:
+        probe = sqlite3.connect(os.path.join(folder, "probe.db"))
+        try:
+            for name in pragmas:
+                if probe.execute(f"PRAGMA {name}").fetchone() is None:
+                    raise ConfigError(
+                        f"sqlite+litegate: SQLite does not know PRAGMA {name!r} (or it is not a "
+                        "setting); check the spelling"
+                    )
+        finally:
+            probe.close()

@@ -29,29 +29,41 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
+import threading
 import urllib.parse
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .. import _profiles
+from .._database import _check_path as check_path
+from .._database import open_error
+from .._errors import ConfigError as CoreConfigError
 from .._errors import NestedWriteError
+from .._errors import OpenError as CoreOpenError
 from .._fair import BOUNDED
-from .._gate import FileGate, drop_after_fork
+from .._gate import FileGate, drop_after_fork, on_fork_in_child
+from .._guard import is_denied
+from .._profiles import guarded_change
 from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
+from .._statements import VACUUM as _VACUUM_KIND
 from .._statements import kind as _kind
 from ._config import DEFAULT_PROFILE, Settings, resolve
-from ._errors import gate_timeout, read_only_refused
+from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused, statement_refused
 
 # What a statement means to the gate (memoized per SQL string). PRAGMA also
 # covers ATTACH and DETACH: statements about the connection, not the data.
-PRAGMA, READ, BEGIN, TX, WRITE = range(5)
+# VACUUM rebuilds the file in place (it needs the whole gate and no
+# transaction); VACUUM_INTO writes a copy (a read of one snapshot).
+PRAGMA, READ, BEGIN, TX, WRITE, VACUUM, VACUUM_INTO = range(7)
 _SEEN: dict[str, int] = {}
 _MEMO_LIMIT = 4096
 
 _R = TypeVar("_R")
+_INTO = re.compile(r"\bINTO\b", re.IGNORECASE)
 
 
 def classify(sql: str) -> int:
@@ -65,8 +77,10 @@ def classify(sql: str) -> int:
             c = PRAGMA if head.startswith("PRAGMA") else READ
         elif k == _TX_KIND:
             c = BEGIN if head.startswith(("BEGIN", "SAVEPOINT")) else TX
+        elif k == _VACUUM_KIND:
+            c = VACUUM_INTO if _INTO.search(sql) else VACUUM
         else:
-            c = WRITE  # INSERT … DDL, WITH (which may write), VACUUM
+            c = WRITE  # INSERT … DDL, WITH (which may write)
         if len(_SEEN) < _MEMO_LIMIT:
             _SEEN[sql] = c
     return c
@@ -76,13 +90,53 @@ def _readonly_refusal(exc: sqlite3.OperationalError) -> bool:
     return "readonly database" in str(exc)
 
 
+_OK, _DENY, _PRAGMA_ACTION = sqlite3.SQLITE_OK, sqlite3.SQLITE_DENY, sqlite3.SQLITE_PRAGMA
+
+
+class _Guard:
+    """A file connection's authorizer (SQLite asks it while preparing each
+    statement): it refuses the PRAGMAs litegate's write connection refuses
+    (``_profiles.GUARDED``: a journal mode other than WAL, EXCLUSIVE
+    locking, ``query_only``, ``writable_schema``, ``schema_version``),
+    which break every other connection to the file or corrupt it. ``own``:
+    litegate's own statements run (they carry ``-- litegate``, so that the
+    statement cache never hands their authorization to a user's)."""
+
+    __slots__ = ("denied", "own")
+
+    def __init__(self) -> None:
+        self.own = False
+        self.denied: str | None = None
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
+    ) -> int:
+        if action != _PRAGMA_ACTION or arg2 is None or arg1 is None or self.own:
+            return _OK
+        why = guarded_change(arg1, arg2)
+        if why is None:
+            return _OK
+        if arg1.lower() == "query_only":  # (the core's advice names its own read paths)
+            why = (
+                f"PRAGMA query_only = {arg2!r}: a pooled connection must come back as it "
+                "went out, writable. For transactions that only read use the "
+                "litegate_read_only=True execution option or litegate.sqlalchemy.read_only()"
+            )
+        self.denied = f"{why} (refused before it ran, nothing changed: remove the statement)"
+        return _DENY
+
+
 class Cursor(sqlite3.Cursor):
     """``sqlite3``'s cursor; every statement passes the gate's rules first."""
 
     connection: Connection
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        return self.connection.litegate_run(sql, super().execute, sql, parameters)
+        conn = self.connection
+        if classify(sql) >= VACUUM:
+            conn.litegate_vacuum(sql, super().execute, sql, parameters)
+            return self
+        return conn.litegate_run(sql, super().execute, sql, parameters)
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> Any:
         return self.connection.litegate_run(sql, super().executemany, sql, seq_of_parameters)
@@ -107,19 +161,23 @@ class Connection(sqlite3.Connection):
     litegate_read_only = False
     litegate_nested = False  # this transaction began while this thread held the gate elsewhere
     litegate_task: object = None  # the asyncio task that took the gate (asyncio driver)
-    _lg_forked = False
-    _lg_close_when_forked = False
+    _lg_forked = False  # the parent's, in a forked child: closed or parked, never used
+    # For the fork hook: calls into SQLite under way through this connection,
+    # and the thread that last ran a statement on it (a copy is closed in the
+    # child only if no other thread can be inside SQLite with it).
+    litegate_calls = 0
+    litegate_thread: int | None = None
+    litegate_own_thread = False  # the asyncio driver: every call on the connection's thread
     _lg_collected: weakref.finalize[Any, Any] | None = None
+    _lg_guard: _Guard | None = None  # file databases: see _Guard
 
-    def litegate_setup(self, path: str | None, settings: Settings) -> None:
-        """Called once, right after connecting: the profile's PRAGMAs, the
-        file's gate and background checkpointer (none for ``:memory:``)."""
+    def litegate_setup(self, gate: FileGate | None, settings: Settings) -> None:
+        """Called once, right after connecting, with one use of the file's
+        gate (None for ``:memory:``), which :meth:`close` gives back: the
+        profile's PRAGMAs and the file's background checkpointer."""
         self.litegate_timeout = settings.timeout
         self.litegate_budget = settings.budget
-        if path is not None:
-            _profiles.apply(self, settings.pragmas, writer=True)
-            gate = FileGate.open(path)
-            gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
+        if gate is not None:
             self.litegate_gate = gate
             # Collected without close() (a pool SQLAlchemy dropped with this
             # connection idle in it, after Engine.dispose()): SQLite closes
@@ -127,6 +185,10 @@ class Connection(sqlite3.Connection):
             # gate and its threads would stay for the rest of the process.
             self._lg_collected = weakref.finalize(self, gate.close_soon)
             self._lg_collected.atexit = False
+            _profiles.apply(self, settings.pragmas, writer=True)
+            gate.checkpointer(every_commits=settings.every, restart_frames=4 * settings.every)
+            self._lg_guard = _Guard()
+            self.set_authorizer(self._lg_guard)
         _CONNECTIONS.add(self)
 
     # sqlite3's shortcuts make a plain cursor in C: route them through ours.
@@ -164,19 +226,29 @@ class Connection(sqlite3.Connection):
         ):
             return False
         c = classify(sql)
+        if c >= VACUUM:  # outside any transaction; a copy (INTO) needs no gate
+            return c == VACUUM and not self.in_transaction
         if self.litegate_pending:
             return c != PRAGMA
         return c == WRITE or (c == BEGIN and not self.in_transaction)
 
     def litegate_run(self, sql: str, run: Callable[..., _R], *args: Any) -> _R:
         """Run one statement under the rules of this module's docstring."""
+        self.litegate_thread = threading.get_ident()
+        self.litegate_calls += 1
+        try:
+            return self._lg_run(sql, run, *args)
+        finally:
+            self.litegate_calls -= 1
+
+    def _lg_run(self, sql: str, run: Callable[..., _R], *args: Any) -> _R:
         c = classify(sql)
         if self.litegate_pending and c != PRAGMA:
             if c == BEGIN and sql.lstrip()[:5].upper() == "BEGIN":
                 self.litegate_pending = False  # the caller's own BEGIN opens it (below)
             else:
                 self._lg_open()
-        if c == WRITE:
+        if c in (WRITE, VACUUM):
             # Read-only and nested transactions run with PRAGMA query_only:
             # SQLite itself refuses what really writes (a WITH … SELECT reads).
             if (
@@ -199,22 +271,79 @@ class Connection(sqlite3.Connection):
             result = run(*args)
             ok = True
             return result
-        except sqlite3.OperationalError as exc:
-            if _readonly_refusal(exc):
+        except sqlite3.DatabaseError as exc:
+            guard = self._lg_guard
+            if guard is not None and guard.denied is not None and is_denied(exc):
+                why, guard.denied = guard.denied, None
+                raise statement_refused(sql, CoreConfigError(why)) from exc
+            if isinstance(exc, sqlite3.OperationalError) and _readonly_refusal(exc):
                 if self.litegate_read_only:
                     raise read_only_refused(sql) from exc
                 if self.litegate_nested:
-                    raise NestedWriteError(
-                        f"this transaction on {self._lg_path()!r} began while this thread (or "
-                        "asyncio task) held the file's write gate through another connection, "
-                        "so it can only read: waiting for the gate would wait for itself. "
-                        "Nothing was changed. Write through the connection that holds the "
-                        "gate, or end its transaction first"
-                    ) from exc
+                    raise self._lg_nested_write() from exc
             raise
         finally:
             if self.litegate_held and not self._lg_in_transaction():
                 self.litegate_give(committed=ok)
+
+    def _lg_nested_write(self) -> NestedWriteError:
+        return NestedWriteError(
+            f"this transaction on {self._lg_path()!r} began while this thread (or "
+            "asyncio task) held the file's write gate through another connection, "
+            "so it can only read: waiting for the gate would wait for itself. "
+            "Nothing was changed. Write through the connection that holds the "
+            "gate, or end its transaction first"
+        )
+
+    def litegate_vacuum(self, sql: str, run: Callable[..., Any], *args: Any) -> None:
+        """``VACUUM`` (``run(*args)``) outside any transaction, as
+        ``db.vacuum()`` runs it: with the file's whole write gate held (every
+        writer waits, readers go on), then a TRUNCATE checkpoint so that the
+        file shrinks at once. A transaction SQLAlchemy began and that has
+        not sent anything yet is not opened by it (it opens at its next
+        statement). ``VACUUM INTO`` writes a copy from one snapshot: no
+        gate. Inside an open transaction SQLite cannot run either:
+        :class:`StatementRefused` says what to do instead."""
+        self.litegate_thread = threading.get_ident()
+        self.litegate_calls += 1
+        try:
+            into = classify(sql) == VACUUM_INTO
+            if not into and self.litegate_read_only:
+                raise read_only_refused(sql)
+            if not into and self.litegate_nested:
+                raise self._lg_nested_write()
+            if self._lg_in_transaction():
+                raise statement_refused(
+                    sql,
+                    CoreConfigError(
+                        "VACUUM cannot run inside a transaction, and a sqlite+litegate "
+                        "transaction begins at its first statement, reads included (the stock "
+                        "driver begins at the first write). Nothing was changed. Run VACUUM as "
+                        "the first statement of a connection or transaction (with "
+                        "engine.connect() as c: c.exec_driver_sql('VACUUM')), or on a "
+                        "connection with isolation_level='AUTOCOMMIT'"
+                    ),
+                )
+            gate = self.litegate_gate
+            if into or gate is None:  # a copy, or an in-memory database: nobody to wait for
+                run(*args)
+                return
+            if not self.litegate_held:
+                self.litegate_take(sql)
+            try:
+                run(*args)
+                # The rebuilt file went to the WAL: fold it back while nobody
+                # else can write, without waiting for readers (busy 0).
+                (ms,) = sqlite3.Cursor(self).execute("PRAGMA busy_timeout").fetchone()
+                self._lg_raw("PRAGMA busy_timeout = 0 -- litegate")
+                try:
+                    self._lg_raw("PRAGMA wal_checkpoint(TRUNCATE) -- litegate")
+                finally:
+                    self._lg_raw(f"PRAGMA busy_timeout = {int(ms)} -- litegate")
+            finally:
+                self.litegate_give(committed=True)
+        finally:
+            self.litegate_calls -= 1
 
     def _lg_open(self) -> None:
         """The pending transaction's ``BEGIN``: IMMEDIATE with the gate, or a
@@ -227,9 +356,11 @@ class Connection(sqlite3.Connection):
             try:
                 self.litegate_take("BEGIN IMMEDIATE")
             except NestedWriteError:
+                if self.litegate_gate.fork_blocked:  # not nesting: a fork left the lock taken
+                    raise
                 self.litegate_nested = True
         if self.litegate_nested:
-            self._lg_raw("PRAGMA query_only = 1")
+            self._lg_raw("PRAGMA query_only = 1 -- litegate")
             self._lg_raw("BEGIN")
             return
         try:
@@ -239,7 +370,16 @@ class Connection(sqlite3.Connection):
             raise
 
     def _lg_raw(self, sql: str) -> None:
-        sqlite3.Cursor(self).execute(sql)
+        """One of litegate's own statements (past the guard)."""
+        guard = self._lg_guard
+        if guard is None:
+            sqlite3.Cursor(self).execute(sql)
+            return
+        guard.own = True
+        try:
+            sqlite3.Cursor(self).execute(sql)
+        finally:
+            guard.own = False
 
     def _lg_in_transaction(self) -> bool:
         try:
@@ -277,23 +417,34 @@ class Connection(sqlite3.Connection):
                 self.litegate_nested = False
                 if not self.litegate_read_only:
                     with contextlib.suppress(sqlite3.Error):  # closed: nothing to undo
-                        self._lg_raw("PRAGMA query_only = 0")
+                        self._lg_raw("PRAGMA query_only = 0 -- litegate")
             self.litegate_give(committed)
 
     def commit(self) -> None:
+        if self._lg_forked:  # the parent's transaction: not the child's to commit
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         self.litegate_pending = False
         ok = False
+        self.litegate_calls += 1
         try:
             super().commit()
             ok = True
         finally:
+            self.litegate_calls -= 1
             self._lg_settle(ok)
 
     def rollback(self) -> None:
+        if self._lg_forked:
+            # The parent's: a parked copy must never roll back (that would
+            # undo the parent's pages in the WAL), and nothing of it is the
+            # child's to undo.
+            return
         self.litegate_pending = False
+        self.litegate_calls += 1
         try:
             super().rollback()
         finally:
+            self.litegate_calls -= 1
             self._lg_settle(False)
 
     def litegate_set_read_only(self, value: bool) -> None:
@@ -301,17 +452,16 @@ class Connection(sqlite3.Connection):
         transaction): SQLite itself refuses writes while it is on."""
         value = bool(value)
         if value != self.litegate_read_only:
-            self._lg_raw(f"PRAGMA query_only = {int(value)}")
+            self._lg_raw(f"PRAGMA query_only = {int(value)} -- litegate")
             self.litegate_read_only = value
 
     def close(self) -> None:
         """The SQLite connection closes; its gate turn, if any, and its use
         of the file's gate go with it, on every path."""
-        if self._lg_forked:  # the parent's, in a forked child: never its gate
-            if self._lg_close_when_forked:
-                super().close()
+        if self._lg_forked:  # the fork hook closed it, or parked it for good
             return
         self.litegate_pending = self.litegate_nested = False
+        self.litegate_calls += 1
         try:
             if self._lg_in_transaction():
                 # End the transaction first: with a cursor still open, sqlite3
@@ -321,6 +471,7 @@ class Connection(sqlite3.Connection):
                     super().rollback()
             super().close()
         finally:
+            self.litegate_calls -= 1
             self.litegate_give()
             gate, self.litegate_gate = self.litegate_gate, None
             if self._lg_collected is not None:
@@ -328,12 +479,20 @@ class Connection(sqlite3.Connection):
             if gate is not None:
                 gate.close()
 
+    def litegate_quiet_at_fork(self, forking_thread: int) -> bool:
+        """At the fork (asked in the child): no thread was inside SQLite with
+        this connection. True when no call was under way and either every
+        call runs on the connection's own thread (asyncio) or the last
+        statement ran on the forking thread, which was calling fork()."""
+        return self.litegate_calls == 0 and (
+            self.litegate_own_thread or self.litegate_thread in (None, forking_thread)
+        )
+
     def litegate_forget_parent(self, idle: bool) -> None:
         """In a forked child: this is the parent's connection. Never touch
         its gate (the parent's); close it if no thread was using it at the
         fork, else park it (see :func:`litegate._gate.drop_after_fork`)."""
         self._lg_forked = True
-        self._lg_close_when_forked = idle
         self.litegate_gate = None
         if self._lg_collected is not None:
             self._lg_collected.detach()  # the parent's gate: never closed here
@@ -383,13 +542,45 @@ def connect(database: str, **kwargs: Any) -> Connection:
     if factory is not None and not issubclass(Connection, factory):
         # someone else's sqlite3.Connection subclass: ours in front of it
         cls = type(f"Litegate{factory.__name__}", (Connection, factory), {})
-    conn = sqlite3.connect(database, factory=cls, **kwargs)
+    gate = None
+    if path is not None:
+        try:
+            if not _read_only_uri(database, bool(kwargs.get("uri"))):
+                # litegate.connect()'s checks, before sqlite3 says "unable to open
+                # database file" (or creates a file it cannot use)
+                check_path(os.path.realpath(path))
+            gate = FileGate.open(path)
+        except CoreOpenError as exc:
+            raise open_failed(exc) from None
     try:
-        conn.litegate_setup(path, settings)
-    except BaseException:
+        conn = sqlite3.connect(database, factory=cls, **kwargs)
+    except BaseException as exc:
+        if gate is not None:
+            gate.close()
+        if path is None or not isinstance(exc, sqlite3.Error):
+            raise
+        raise open_failed(open_error(path, exc)) from exc
+    try:
+        conn.litegate_setup(gate, settings)
+    except BaseException as exc:
         conn.close()
+        if isinstance(exc, CoreOpenError):
+            raise open_failed(exc) from None
+        if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)) and path is not None:
+            # (sqlite3 decodes SQLite's message, which may quote a damaged schema)
+            raise open_failed(open_error(path, exc)) from exc
+        if isinstance(exc, CoreConfigError) and not isinstance(exc, ConfigError):
+            raise ConfigError(f"sqlite+litegate: {exc}") from None
         raise
     return conn
+
+
+def _read_only_uri(database: str, uri: bool) -> bool:
+    """A ``file:`` URI with ``mode=ro``: no write access needed."""
+    if not uri:
+        return False
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(database).query)
+    return "ro" in query.get("mode", [])
 
 
 class DBAPI:
@@ -414,12 +605,15 @@ class DBAPI:
 
 
 def _after_fork_in_child() -> None:
+    """Every connection of the parent is let go of: closed if it was idle in
+    a pool or, checked out, if no thread was inside SQLite with it (a
+    session of the forking thread, even inside a transaction); else parked."""
     from ._pool import idle_after_fork  # the pools know which connections were idle
 
     idle = idle_after_fork()
+    me = threading.get_ident()  # the forking thread keeps its ident in the child
     for conn in list(_CONNECTIONS):
-        conn.litegate_forget_parent(idle=id(conn) in idle)
+        conn.litegate_forget_parent(idle=id(conn) in idle or conn.litegate_quiet_at_fork(me))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)

@@ -15,7 +15,7 @@ from sqlalchemy.engine.characteristics import ConnectionCharacteristic
 from sqlalchemy.engine.interfaces import ConnectArgsType, DBAPIConnection
 
 from . import _dbapi
-from ._config import DEFAULT_PROFILE, parse_pragmas, resolve
+from ._config import DEFAULT_PROFILE, check_pragma_names, check_url, parse_pragmas, resolve
 from ._errors import ConfigError
 from ._pool import AsyncFairQueuePool, FairQueuePool
 
@@ -70,6 +70,7 @@ class LitegateDialect(SQLiteDialect_pysqlite):
 
     def create_connect_args(self, url: URL) -> ConnectArgsType:
         query = dict(url.query)
+        check_url(query)  # every value typed-checked here, at create_engine
         profile = query.pop("profile", None)
         pragmas = query.pop("pragmas", None)
         fair = query.pop("fair", None)
@@ -79,8 +80,7 @@ class LitegateDialect(SQLiteDialect_pysqlite):
         if profile is not None:
             opts["profile"] = profile
         if pragmas is not None:
-            if not isinstance(pragmas, str):
-                raise ConfigError("give ?pragmas= once, as NAME=VALUE items separated by commas")
+            assert isinstance(pragmas, str)  # (check_url refused a repeated one)
             opts["pragmas"] = parse_pragmas(pragmas)
         # connect_args may still override these; checked again on connect
         resolve(
@@ -89,6 +89,7 @@ class LitegateDialect(SQLiteDialect_pysqlite):
             opts.get("timeout"),
             opts.get("fair", True),
         )
+        check_pragma_names(opts.get("pragmas") or {})  # (names checked by resolve first)
         return args, opts
 
     def on_connect(self) -> Callable[[DBAPIConnection], None]:

@@ -23,6 +23,27 @@ class ReadOnlyScopeError(exc.OperationalError, _errors.Error):
     saying so (its ``__cause__``, SQLite's own refusal)."""
 
 
+class OpenError(exc.OperationalError, _errors.OpenError):
+    """The database file cannot be opened the way litegate needs it (a
+    missing directory, a directory, no write access to the file or its
+    folder, not a SQLite file, a bad ``-litegate`` sidecar): SQLAlchemy's
+    ``OperationalError`` (what the stock driver raises for "unable to open
+    database file") and :class:`litegate.OpenError`. ``orig`` is the
+    :class:`litegate.OpenError` saying what is wrong and what to do.
+    Raised when a connection opens (the engine's first use)."""
+
+
+class StatementRefused(exc.OperationalError, _errors.ConfigError):
+    """A statement sqlite+litegate does not run, refused before anything
+    changed: a PRAGMA that would break every other connection to the file
+    (``journal_mode`` other than WAL, ``locking_mode=EXCLUSIVE``,
+    ``query_only``, ``writable_schema``, ``schema_version``), as
+    :func:`litegate.connect` refuses it; a ``VACUUM`` inside a transaction.
+    SQLAlchemy's ``OperationalError`` and :class:`litegate.ConfigError`;
+    ``orig`` is the :class:`litegate.ConfigError` saying what to do
+    instead."""
+
+
 class ConfigError(exc.ArgumentError, _errors.ConfigError):
     """A bad ``profile``, ``pragmas`` or ``timeout`` in the URL or in
     ``connect_args``: SQLAlchemy's ``ArgumentError`` and
@@ -43,3 +64,11 @@ def read_only_refused(statement: str) -> ReadOnlyScopeError:
             "connection or session without litegate_read_only=True, or after read_only() ends"
         ),
     )
+
+
+def open_failed(error: _errors.OpenError) -> OpenError:
+    return OpenError(None, None, error)
+
+
+def statement_refused(statement: str, error: _errors.ConfigError) -> StatementRefused:
+    return StatementRefused(statement, None, error)

@@ -121,3 +121,78 @@ def counter(url: str) -> int:
             return c.n
     finally:
         engine.dispose()
+
+
+# -- fork inside a transaction ---------------------------------------------------
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+def write_each_way(url: str, path: str) -> list[str]:
+    """One write through each way into the file (a new engine, the asyncio
+    engine, the engine inherited from a forking parent if any,
+    ``litegate.connect()``, plain ``sqlite3``): "<way>: ok" or what failed."""
+    import sqlite3
+
+    import litegate
+
+    out: list[str] = []
+
+    def way(name: str, write: Any) -> None:
+        try:
+            write()
+            out.append(f"{name}: ok")
+        except Exception as exc:  # reported to the parent, which asserts on it
+            out.append(f"{name}: {_first_line(exc)}")
+
+    def new_engine() -> None:
+        engine = create_engine(url, connect_args={"timeout": 2})
+        try:
+            with Session(engine) as s, s.begin():
+                s.add(Entry(who="engine"))
+        finally:
+            engine.dispose()
+
+    def asyncio_engine() -> None:
+        async def main() -> None:
+            engine = create_async_engine(url, connect_args={"timeout": 2})
+            try:
+                async with AsyncSession(engine) as s, s.begin():
+                    s.add(Entry(who="asyncio engine"))
+            finally:
+                await engine.dispose()
+
+        asyncio.run(main())
+
+    def inherited() -> None:
+        with Session(INHERITED["engine"]) as s, s.begin():
+            s.add(Entry(who="inherited engine"))
+
+    def core() -> None:
+        with litegate.connect(path, timeout=2) as db:
+            db.execute("INSERT INTO entry(who) VALUES ('litegate')")
+
+    def plain() -> None:
+        conn = sqlite3.connect(path, timeout=0.5)
+        try:
+            with conn:
+                conn.execute("INSERT INTO entry(who) VALUES ('sqlite3')")
+        finally:
+            conn.close()
+
+    way("engine", new_engine)
+    way("asyncio engine", asyncio_engine)
+    if "engine" in INHERITED:
+        way("inherited engine", inherited)
+    way("litegate", core)
+    way("sqlite3", plain)
+    return out
+
+
+def write_each_way_later(url: str, path: str, parent_done: Any, results: Any) -> None:
+    """A child started inside a transaction of its parent: once the parent
+    says its transaction is over, :func:`write_each_way`, to ``results``."""
+    parent_done.wait(60)
+    results.put(write_each_way(url, path))

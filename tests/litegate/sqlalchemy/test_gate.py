@@ -319,7 +319,7 @@ def test_pragmas_profile_and_timeout_from_the_url_and_connect_args(tmp_path: Pat
     ("url", "connect_args", "message"),
     [
         ("?profile=fast", {}, "unknown profile 'fast'"),
-        ("?pragmas=synchronous", {}, "expected NAME=VALUE"),
+        ("?pragmas=synchronous", {}, "must be NAME=VALUE items"),
         ("?pragmas=synchronous=FULL;DROP", {}, "bad value"),
         ("?timeout=0", {}, "timeout must be a number of seconds greater than zero"),
         ("", {"pragmas": ["synchronous"]}, "pragmas must be a mapping"),
