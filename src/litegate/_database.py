@@ -299,7 +299,11 @@ class Database:
         me = threading.get_ident()  # the forking thread keeps its ident in the child
         safe = {id(c) for c in state.pool.idle_snapshot()}
         safe.update(c for c, owner in state.reader_owner.items() if owner == me)
-        if state.writer is not None and state.writer_owner in (None, me):
+        block = state.writer_block  # an async write block's: idle if no statement is under way
+        if state.writer is not None and (
+            state.writer_owner in (None, me)
+            or (block is not None and block.thread == me and block.calls == 0)
+        ):
             safe.add(id(state.writer))
         for conn in state.connections:
             drop_after_fork(conn, idle=id(conn) in safe)

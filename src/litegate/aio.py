@@ -403,9 +403,12 @@ class AsyncDatabase:
 class _Tx:
     """The connection of an ``async with`` block: statements run off the loop."""
 
-    def __init__(self, adb: AsyncDatabase, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, adb: AsyncDatabase, conn: sqlite3.Connection, block: _AsyncWrite | None = None
+    ) -> None:
         self._adb = adb
         self._conn = conn
+        self._block = block
 
     async def execute(self, sql: str, params: Params = ()) -> WriteResult:
         return await self._adb._run(self._exec, sql, params, False)
@@ -414,8 +417,17 @@ class _Tx:
         return await self._adb._run(self._exec, sql, list(seq), True)
 
     def _exec(self, sql: str, params: Any, many: bool) -> WriteResult:
-        cur = self._conn.executemany(sql, params) if many else self._conn.execute(sql, params)
-        return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
+        block = self._block
+        if block is not None:  # (a write block's statements: counted while under way)
+            with block.calls_lock:
+                block.calls += 1
+        try:
+            cur = self._conn.executemany(sql, params) if many else self._conn.execute(sql, params)
+            return WriteResult(cur.rowcount, cur.lastrowid, cur.fetchall())
+        finally:
+            if block is not None:
+                with block.calls_lock:
+                    block.calls -= 1
 
 
 class _AsyncBlock:
@@ -444,9 +456,14 @@ class _AsyncWrite(_AsyncBlock):
         state.writer_owner = _ASYNC_OWNER
         self.task = asyncio.current_task()
         self.thread = threading.get_ident()
+        # Statements of the block under way on the pool's threads: a fork()
+        # on the loop's thread while none is may close the child's copy of
+        # the writer (see Database._forget_parent_state).
+        self.calls = 0
+        self.calls_lock = threading.Lock()
         state.writer_block = self
         self._state, self._conn = state, conn
-        return _Tx(adb, conn)
+        return _Tx(adb, conn, self)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip

@@ -396,3 +396,37 @@ def test_fork_waits_while_the_checkpointer_is_inside_sqlite(db: litegate.Databas
     assert os.WEXITSTATUS(status) == 0
     assert ckpt.calls.acquire(timeout=10)  # given back after the fork
     ckpt.calls.release()
+
+
+def test_fork_inside_an_async_write_block_leaves_a_child_that_can_write(db_path: str) -> None:
+    """fork() on the event loop's thread inside ``async with adb.write()``
+    (no statement under way): the child closes its copy of the writer and
+    writes through a Database of its own; the parent's block commits."""
+    import asyncio
+
+    import litegate.aio
+
+    async def main() -> tuple[int, bytes]:
+        adb = await litegate.aio.connect(db_path, timeout=10)
+        await adb.execute("CREATE TABLE IF NOT EXISTS t(v)")
+        r, w = os.pipe()
+        async with adb.write() as tx:
+            await tx.execute("INSERT INTO t(v) VALUES ('parent')")
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                _child_write(db_path, w)
+            os.close(w)
+        said = b""
+        while chunk := os.read(r, 4096):
+            said += chunk
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        await adb.close()
+        return status, said
+
+    status, said = asyncio.run(main())
+    assert os.WEXITSTATUS(status) == 0
+    assert said == b"+wrote"
+    with litegate.connect(db_path) as db:
+        assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["child", "parent"]
