@@ -283,6 +283,7 @@ NOTES = {
     "litequeue": "lock, no lease expiry",
     "litegate": "lease + ack",
     "litegate-bounded": "lease + ack; fair=True",
+    "litegate-combined": "lease + ack; writes combined across processes",
     "litegate-worker": "its Worker: settles finished jobs with the next claim",
     "procrastinate": "fetch_job/finish_job, 1 job per query",
     "pgqueuer": "dequeue/log_jobs",

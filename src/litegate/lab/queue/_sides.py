@@ -40,6 +40,7 @@ SIDES = (
     "litegate",
     "litegate-worker",
     "litegate-bounded",
+    "litegate-combined",
     "huey",
     "litequeue",
 )
@@ -49,6 +50,7 @@ LITEGATE_FAIR: dict[str, bool | str | None] = {
     "litegate": None,
     "litegate-worker": None,
     "litegate-bounded": True,
+    "litegate-combined": None,
 }
 """The SQLite sides that are ``litegate.queue`` and the write gate's policy
 each opens its database with: ``litegate`` the one a Queue opened from a path
@@ -77,6 +79,8 @@ SIDE_TITLES = {
     "threads, prefetch = the claim size - concurrency; each worker step settles the jobs it "
     "finished and claims in one transaction: the batch completer)",
     "litegate-bounded": "litegate.queue, fair=True (bounded, connect()'s default)",
+    "litegate-combined": "litegate.queue with connect(combine=True): one process commits every "
+    "process's puts, claims and acks (combined writes across processes)",
     "huey": "huey SqliteHuey storage (enqueue/dequeue; no lease, no ack)",
     "litequeue": "litequeue LiteQueue (put/pop/done)",
 }
@@ -104,7 +108,7 @@ PEER_MODULES = {
 }
 """Sides that need third-party modules (the ``queue`` extra), comma-separated."""
 
-BATCH_SIDES = ("bare", "litegate", "litegate-worker", "litegate-bounded")
+BATCH_SIDES = ("bare", "litegate", "litegate-worker", "litegate-bounded", "litegate-combined")
 """Sides with a batch API (put many, claim many, ack many in one transaction)."""
 
 NO_BATCH = {
@@ -507,6 +511,7 @@ def _litegate_queue_module() -> Any:
 
 class LitegateSide(Side):
     name = "litegate"
+    combine = False  # connect(combine=...)
 
     def __init__(self, path: str, profile: str) -> None:
         super().__init__(path, profile)
@@ -515,7 +520,11 @@ class LitegateSide(Side):
         queue = _litegate_queue_module().Queue
         fair = LITEGATE_FAIR[self.name]
         self.db = litegate.connect(
-            path, profile=profile, timeout=60.0, fair=queue.FAIR if fair is None else fair
+            path,
+            profile=profile,
+            timeout=60.0,
+            fair=queue.FAIR if fair is None else fair,
+            combine=self.combine,
         )
         self.queue = queue(self.db, name="default")
         self.shared = LitegateClient(self.queue)
@@ -544,6 +553,13 @@ class LitegateBoundedSide(LitegateSide):
     """The same queue on a Database opened with the bounded policy."""
 
     name = "litegate-bounded"
+
+
+class LitegateCombinedSide(LitegateSide):
+    """The same queue with its writes combined across processes."""
+
+    name = "litegate-combined"
+    combine = True
 
 
 class WorkerLoop:
@@ -668,6 +684,7 @@ SIDE_CLASSES: dict[str, type[Side]] = {
     "litegate": LitegateSide,
     "litegate-worker": LitegateWorkerSide,
     "litegate-bounded": LitegateBoundedSide,
+    "litegate-combined": LitegateCombinedSide,
     "huey": HueySide,
     "litequeue": LitequeueSide,
 }
