@@ -473,22 +473,26 @@ class GroupCommit:
         if r.fn is not None:
             value = r.fn(conn)
             if hasattr(value, "__await__"):
-                # An async def fn (caught up front when it can be): it did not
-                # run, and it never will on this thread.
-                close = getattr(value, "close", None)
-                if callable(close):  # a coroutine: closed, so no "never awaited" warning
-                    close()
-                raise ConfigError(
-                    "db.transact() got a function that returned an awaitable: it runs fn "
-                    "synchronously on litegate's thread and cannot await it. Pass a plain "
-                    "(def) function of the connection"
-                )
+                GroupCommit.refuse_awaitable(value)
             r.value = value
             r.result = (0, None, [])
             return
         cur = conn.executemany(r.sql, r.params) if r.many else conn.execute(r.sql, r.params)
         rows = cur.fetchall()
         r.result = (cur.rowcount, cur.lastrowid, rows)
+
+    @staticmethod
+    def refuse_awaitable(value: Any) -> None:
+        """An async def fn (caught up front when it can be) returned an
+        awaitable: it did not run, and it never will on this thread."""
+        close = getattr(value, "close", None)
+        if callable(close):  # a coroutine: closed, so no "never awaited" warning
+            close()
+        raise ConfigError(
+            "db.transact() got a function that returned an awaitable: it runs fn "
+            "synchronously on litegate's thread and cannot await it. Pass a plain "
+            "(def) function of the connection"
+        )
 
     def _finish(self, batch: list[Request], me: Request | None) -> None:
         for r in batch:

@@ -679,8 +679,37 @@ class Database:
         only once outside the database.
         """
         check_transact_fn(fn)
+        state = self._state
+        if state is not None and timeout is None and not self._closed and state.ship is None:
+            # The lone writer, as in execute(): the gate was free for the
+            # taking, so no batch runs or waits; fn runs in a transaction of
+            # its own, with no queue and no wake-up object.
+            conn = self._begin_now(state)
+            if conn is not None:
+                return self._transact_now(state, conn, fn)
         req = self._submit_request(Request("", (), False, fn=fn), timeout, "db.transact()")
         value: T = req.value
+        return value
+
+    def _transact_now(
+        self, state: _ProcessState, conn: WriterConnection, fn: Callable[[sqlite3.Connection], T]
+    ) -> T:
+        """``transact`` for the lone writer: the gate held, BEGIN IMMEDIATE
+        run; a batch of one member (no SAVEPOINT needed: its failure rolls
+        the transaction back)."""
+        try:
+            value = fn(conn)
+            if hasattr(value, "__await__"):
+                GroupCommit.refuse_awaitable(value)
+        except BaseException as exc:
+            self._end(state, conn, False)
+            typed = conn.guard.typed(exc)
+            if typed is not exc:
+                raise typed from exc
+            raise
+        self._end(state, conn, True)
+        sizes = state.batcher.sizes.counts  # a batch of one
+        sizes[1] = sizes.get(1, 0) + 1
         return value
 
     def _submit(self, sql: str, params: Any, many: bool, timeout: float | None) -> WriteResult:
