@@ -31,6 +31,8 @@ SEED_SCENARIOS = ("single", "concurrent", "mixed", "stress", "long", "e2e")
 """The scenarios every side runs (frames and the end-to-end-only sides have
 tests of their own, below, that keep this module's fixture small)."""
 SEED_SIDES = tuple(s for s in _sides.SIDES if s not in _sides.E2E_ONLY_SIDES)
+GATED = ("litegate", "litegate-bounded", "litegate-combined")
+"""The sides whose processes share litegate's write gate."""
 
 TINY = Config(
     scenarios=SEED_SCENARIOS,
@@ -68,8 +70,8 @@ def _cells(result: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
 
 def test_every_cell_ran_cleanly_and_accounts_for_every_job(result: dict[str, Any]) -> None:
     real = [r for r in result["raw"] if not r["na"]]
-    # 6 sides x (single, concurrent, mixed, stress, long) + e2e: 3 batched + 5 one-job
-    assert len(real) == 6 * 5 + 3 + 5
+    # 7 sides x (single, concurrent, mixed, stress, long) + e2e: 4 batched + 6 one-job
+    assert len(real) == 7 * 5 + 4 + 6
     for r in real:
         a = r["accounting"]
         assert r["setup_errors"] == [], r
@@ -102,9 +104,11 @@ def test_e2e_processes_exactly_the_jobs_put(result: dict[str, Any]) -> None:
         ("batched", "bare"),
         ("batched", "litegate"),
         ("batched", "litegate-bounded"),
+        ("batched", "litegate-combined"),
         ("one-job", "seed"),
         ("one-job", "litegate"),
         ("one-job", "litegate-bounded"),
+        ("one-job", "litegate-combined"),
         ("one-job", "huey"),
         ("one-job", "litequeue"),
     }
@@ -162,7 +166,7 @@ def test_time_bounded_scenarios(result: dict[str, Any]) -> None:
 
 def test_litegate_sees_no_errors(result: dict[str, Any]) -> None:
     for r in result["raw"]:
-        if r["side"] in ("litegate", "litegate-bounded"):
+        if r["side"] in GATED:
             assert r["figures"]["errors"] == 0, r
             assert r["errors_seen"] == {}
             assert len(r["details"]) == r["accounting"]["processes"]  # gate stats per process
@@ -184,7 +188,7 @@ def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> No
             continue
         f = r["figures"]
         assert "grant_log" not in r  # off unless asked for
-        if r["side"] not in ("litegate", "litegate-bounded"):  # no write gate, no gate figures
+        if r["side"] not in GATED:  # no write gate, no gate figures
             assert not {"gate_grants", "handoff_share", "barge_share"} & set(f), r
             continue
         # every cell writes, and a process's first write is a grant across processes
@@ -192,7 +196,7 @@ def test_litegate_cells_have_the_gates_own_figures(result: dict[str, Any]) -> No
         assert 0.0 <= f["handoff_share"] <= 1.0, r  # a hand-off is a release of a grant
         assert f["barge_share"] >= 0.0, r
     gated = [e for e in result["summary"] if _run.has_gate("sqlite", e["side"]) and not e["na"]]
-    assert {e["side"] for e in gated} == {"litegate", "litegate-bounded"}
+    assert {e["side"] for e in gated} == {"litegate", "litegate-bounded", "litegate-combined"}
     for e in gated:
         assert e["figures"]["handoff_share"]["n"] == 1
     text = bench.render(result)
@@ -330,12 +334,12 @@ def test_runs_give_medians_and_cvs() -> None:
 def test_plan_sizes() -> None:
     cells = _run.plan(Config())
     by = {s: [c for c in cells if c.scenario == s] for s in _config.SCENARIOS}
-    assert len(by["single"]) == 3 * 6
-    assert len(by["concurrent"]) == 3 * 3 * 6
-    assert [len(c.roles) for c in by["concurrent"][::6]][:3] == [2, 4, 8]
+    assert len(by["single"]) == 3 * 7
+    assert len(by["concurrent"]) == 3 * 3 * 7
+    assert [len(c.roles) for c in by["concurrent"][::7]][:3] == [2, 4, 8]
     assert sum(r.count for r in by["concurrent"][0].roles) == 4_000
-    assert len(by["stress"]) == 3 * 5 * 6
-    assert len(by["long"]) == 6  # balanced only by default
+    assert len(by["stress"]) == 3 * 5 * 7
+    assert len(by["long"]) == 7  # balanced only by default
     assert {c.seconds for c in by["long"]} == {60.0}
     batched = [c for c in by["e2e"] if c.variant == "batched"]
     assert [c.side for c in batched if c.na is None] == [
@@ -343,6 +347,7 @@ def test_plan_sizes() -> None:
         "litegate",
         "litegate-worker",
         "litegate-bounded",
+        "litegate-combined",
     ]
     one = [c for c in by["e2e"] if c.variant == "one-job"]
     assert [c.side for c in one] == [
@@ -350,6 +355,7 @@ def test_plan_sizes() -> None:
         "litegate",
         "litegate-worker",
         "litegate-bounded",
+        "litegate-combined",
         "huey",
         "litequeue",
     ]
@@ -387,8 +393,9 @@ def test_the_litegate_sides_open_their_database_with_each_policy(tmp_path: Path)
 
 def test_quick_plans_the_bounded_side_in_the_e2e_rows_only() -> None:
     cells = _run.plan(_config.quick(Config()))
-    bounded = [(c.scenario, c.variant) for c in cells if c.side == "litegate-bounded"]
-    assert bounded == [("e2e", "batched"), ("e2e", "one-job")]
+    for side in ("litegate-bounded", "litegate-combined"):
+        e2e_only = [(c.scenario, c.variant) for c in cells if c.side == side]
+        assert e2e_only == [("e2e", "batched"), ("e2e", "one-job")], side
     strict = {c.scenario for c in cells if c.side == "litegate"}
     assert strict == set(_config.SCENARIOS)
 
@@ -819,10 +826,14 @@ def test_config_from_args() -> None:
     assert cfg.scenarios == ("mixed", "long")
     assert cfg.sides == ("seed", "litegate")
     assert _parsed(["--sides", "litegate-bounded"]).sides == ("litegate-bounded",)
-    # both policies in the default sides; --quick runs bounded in the e2e rows only
-    assert {"litegate", "litegate-bounded"} <= set(Config().sides)
+    # both policies and the combined writes in the default sides; --quick runs
+    # bounded and combined in the e2e rows only
+    assert {"litegate", "litegate-bounded", "litegate-combined"} <= set(Config().sides)
     assert Config().e2e_only_sides == ()
-    assert (quick.sides, quick.e2e_only_sides) == (Config().sides, ("litegate-bounded",))
+    assert (quick.sides, quick.e2e_only_sides) == (
+        Config().sides,
+        ("litegate-bounded", "litegate-combined"),
+    )
     named = _parsed(["--quick", "--sides", "litegate,litegate-bounded"])
     assert named.e2e_only_sides == ()  # sides asked for by name run every scenario
     cfg = _parsed(["--seconds", "7", "--long-seconds", "30", "--profiles", "aggressive"])

@@ -26,10 +26,11 @@ PG_PROFILE = "postgres"
 """The one "profile" on PostgreSQL: the server's own settings (seed 004's
 PRAGMA profiles are SQLite's)."""
 PG_CELL_TIMEOUT = 300.0
-QUICK_E2E_ONLY = ("litegate-bounded",)
+QUICK_E2E_ONLY = ("litegate-bounded", "litegate-combined")
 """``--quick`` with the default sides runs these in the end-to-end rows only:
-the second policy is shown where the queue's throughput is judged, without
-the ~20 s its other cells add to the quick run."""
+the second policy and the combined writes are shown where the queue's
+throughput is judged, without the ~20 s each adds to the quick run in the
+other cells."""
 E2E_MODES = ("batched", "one-job")
 INSTALL = "pip install 'litegate[queue]'"
 PG_INSTALL = "pip install 'litegate[queue,postgres]'"
