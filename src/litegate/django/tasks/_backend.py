@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -157,10 +158,12 @@ class TaskBackend(Base):
 
     # -- results ----------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:
-        try:
-            jid = int(result_id)
-        except (TypeError, ValueError):
-            raise TaskResultDoesNotExist(result_id) from None
+        """The result of the task whose id ``enqueue()`` returned; anything
+        else (another spelling of that id, a plain queue job's id) is
+        ``TaskResultDoesNotExist``. ``aget_result()`` runs this."""
+        jid = _job_id(result_id)
+        if jid is None:
+            raise TaskResultDoesNotExist(result_id)
         wrapper = self._wrapper()
         try:
             with wrapper.cursor() as cur:
@@ -170,9 +173,10 @@ class TaskBackend(Base):
             if "no such table" in str(exc):  # nothing was ever enqueued in this file
                 raise TaskResultDoesNotExist(result_id) from None
             raise
-        if row is None:
+        payload = None if row is None else _decoded(row[1])
+        if payload is None or not is_task_payload(payload):
             raise TaskResultDoesNotExist(result_id)
-        return result_from_row(row, result_id, self.alias)
+        return result_from_row(row, payload, result_id, self.alias)
 
     # -- plumbing -----------------------------------------------------------------
     def _wrapper(self) -> Any:
@@ -188,9 +192,52 @@ class TaskBackend(Base):
         key = (self.database, os.path.abspath(str(settings.DATABASES[self.database]["NAME"])))
         if key in self._ready:
             return
-        _store.create(raw)  # IF NOT EXISTS, in the caller's transaction
+        # IF NOT EXISTS, in the caller's transaction: made here, not in a
+        # transaction of our own, because the caller's may hold the file's
+        # one write lock (a second connection would wait for it forever).
+        # So the table exists only once that transaction commits, and is
+        # remembered only then: a rollback takes it away again.
+        _store.create(raw)
+        transaction.on_commit(partial(self._made, key), using=self.database)
+
+    def _made(self, key: tuple[str, str]) -> None:
         with self._ready_lock:
             self._ready.add(key)
+
+
+_MAX_ID = 2**63 - 1  # SQLite's largest rowid
+
+
+def _job_id(result_id: object) -> int | None:
+    """The job id that ``result_id`` is, spelled exactly as ``enqueue()``
+    spells ids (``str(id)``: ASCII digits, no sign, space or leading zero),
+    or None. ``int()`` alone would take " 1 ", "+1", "01" and other scripts'
+    digits for job 1."""
+    if not isinstance(result_id, str) or not (result_id.isascii() and result_id.isdigit()):
+        return None
+    jid = int(result_id)
+    if not 1 <= jid <= _MAX_ID or str(jid) != result_id:
+        return None
+    return jid
+
+
+def _decoded(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # not a task's: enqueue() stores plain JSON
+
+
+def is_task_payload(payload: Any) -> bool:
+    """Whether a job's payload is a task's, as ``enqueue()`` stores it (a
+    plain ``litegate.queue`` job can share the file and the queue name)."""
+    return (
+        isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("args"), list)
+        and isinstance(payload.get("kwargs"), dict)
+        and isinstance(payload.get("backend"), str)
+    )
 
 
 def _when(ts: float | None) -> datetime | None:
@@ -203,9 +250,9 @@ def _when(ts: float | None) -> datetime | None:
     return datetime.fromtimestamp(ts)
 
 
-def result_from_row(row: Any, result_id: str, alias: str) -> Any:
-    """A TaskResult from a row of ``_store.SELECT``."""
-    state, body, created_at, last_error, queue = row[:5]
+def result_from_row(row: Any, payload: dict[str, Any], result_id: str, alias: str) -> Any:
+    """A TaskResult from a row of ``_store.SELECT`` and its decoded payload."""
+    state, _body, created_at, last_error, queue = row[:5]
     r_status, r_value, r_errors, r_workers, started, attempted, finished = row[5:]
     errors = _store.errors_of(r_errors)
     if state in _QUEUE_STATES:
@@ -217,7 +264,7 @@ def result_from_row(row: Any, result_id: str, alias: str) -> Any:
         if r_status in (None, "RUNNING"):
             errors.append((_store.WORKER_LOST, last_error or "no attempts left"))
     result = build_result(
-        json.loads(body),
+        payload,
         result_id,
         queue,
         alias,
