@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from .._database import budget_of
 from .._errors import ConfigError, Error, OpenError, WriteTimeout
 from .._fair import BOUNDED
 from .._gate import FileGate, drop_after_fork
+from .._guard import is_denied
 from .._statements import VACUUM, WRITE
 from .._statements import kind as statement_kind
 from .creation import DatabaseCreation
@@ -148,6 +150,49 @@ def read_only(using: str | None = None) -> Iterator[None]:
         conn.litegate_read_only = False
 
 
+# A Django connection writes as well as reads, so query_only gets advice of
+# its own; the other refused PRAGMAs keep the core's.
+_QUERY_ONLY_ADVICE = (
+    "PRAGMA query_only = {value}: Django's connection is the one every query of this thread "
+    "writes through. For a block that only reads use litegate.django.read_only()"
+)
+
+
+class PragmaGuard:
+    """The SQLite authorizer of a litegate.django connection: it refuses the
+    PRAGMAs that litegate's core refuses on its writer (``journal_mode``
+    other than WAL, ``locking_mode=EXCLUSIVE``, ``query_only``,
+    ``writable_schema``, ``schema_version``), which would break the other
+    connections and processes sharing the file. SQLite asks it when a
+    statement is prepared, so a refused statement never runs; the reason
+    is kept for :meth:`typed`."""
+
+    __slots__ = ("denied",)
+
+    def __init__(self) -> None:
+        self.denied: str | None = None
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
+    ) -> int:
+        if action == sqlite3.SQLITE_PRAGMA and arg1 is not None and arg2 is not None:
+            why = _profiles.guarded_change(arg1, arg2)
+            if why is not None:
+                if arg1.lower() == "query_only":
+                    why = _QUERY_ONLY_ADVICE.format(value=f"{arg2!r}")
+                self.denied = why
+                return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def typed(self, exc: BaseException, where: str) -> BaseException | None:
+        """A :class:`litegate.ConfigError` for ``exc`` if this guard refused
+        the statement, else None."""
+        why, self.denied = self.denied, None
+        if why is None or not is_denied(exc):
+            return None
+        return ConfigError(f"{where}: {why} (refused before it ran; nothing was changed)")
+
+
 def _needs_gate(sql: str) -> bool:
     """A write in autocommit mode takes the gate; reads and transaction
     control sent as raw SQL (the gate follows atomic()) do not."""
@@ -161,10 +206,25 @@ class LitegateCursorWrapper(sqlite_base.SQLiteCursorWrapper):
     litegate_wrapper: DatabaseWrapper
 
     def execute(self, query: str, params: Any = None) -> Any:
-        return self._gated(super().execute, query, params)
+        return self._typed(super().execute, query, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
-        return self._gated(super().executemany, query, param_list)
+        return self._typed(super().executemany, query, param_list)
+
+    def _typed(self, run: Any, query: str, params: Any) -> Any:
+        try:
+            return self._gated(run, query, params)
+        except sqlite3.DatabaseError as exc:
+            # Not a sqlite3 error, so Django's error wrapper lets it through.
+            guard = self.litegate_wrapper.litegate_guard
+            typed = (
+                None
+                if guard is None
+                else guard.typed(exc, f"database {self.litegate_wrapper.alias!r}")
+            )
+            if typed is None:
+                raise
+            raise typed from exc
 
     def _gated(self, run: Any, query: str, params: Any) -> Any:
         w = self.litegate_wrapper
@@ -219,6 +279,8 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
         self.litegate_timeout = 5.0
         self.litegate_pragmas: dict[str, _profiles.PragmaValue] = {}
         self.litegate_budget = BOUNDED  # the write gate's policy, OPTIONS["fair"]
+        self.litegate_guard: PragmaGuard | None = None  # the open connection's (file databases)
+        self._litegate_init: list[str] = []  # OPTIONS["init_command"], run under the guard
         self._litegate_every = 1000
 
     # -- settings ---------------------------------------------------------------
@@ -234,6 +296,10 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             kwargs: dict[str, Any] = super().get_connection_params()
         finally:
             self.settings_dict["OPTIONS"] = saved
+        # Django >= 5.1 runs OPTIONS["init_command"] as it connects; litegate
+        # runs it instead, once the connection has its PRAGMA guard.
+        self._litegate_init = [c.strip() for c in getattr(self, "init_commands", ()) if c.strip()]
+        self.init_commands: list[str] = []
         try:
             pragmas = _profiles.resolve(profile, overrides)
         except ConfigError as exc:
@@ -276,16 +342,35 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             self._litegate_open(lambda: check_path(path))
         conn = super().get_new_connection(conn_params)
         if in_memory:
-            self.litegate_gate = None  # one connection, nobody to share with
+            # One connection, nobody to share with: no gate, no guard.
+            self.litegate_gate = None
+            self.litegate_guard = None
+            try:
+                for command in self._litegate_init:
+                    conn.execute(command)
+            except BaseException:
+                conn.close()
+                raise
             return conn
         try:
+            guard = self.litegate_guard = PragmaGuard()
+            conn.set_authorizer(guard)
+            for command in self._litegate_init:
+                try:
+                    conn.execute(command)
+                except sqlite3.DatabaseError as exc:
+                    where = f"settings.DATABASES[{self.alias!r}]['OPTIONS']['init_command']"
+                    typed = guard.typed(exc, where)
+                    if typed is None:
+                        raise
+                    raise SettingsError(str(typed)) from None
             _profiles.apply(conn, self.litegate_pragmas, writer=True)
             if self.litegate_gate is None:  # one use of the file's gate per open connection
                 self.litegate_gate = self._litegate_open(lambda: FileGate.open(path))
                 self.litegate_gate.checkpointer(
                     every_commits=self._litegate_every, restart_frames=4 * self._litegate_every
                 )
-        except Exception:
+        except BaseException:
             conn.close()
             raise
         return conn

@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
+from functools import partial
 from typing import Any
 
 import pytest
@@ -490,3 +491,92 @@ def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
     assert message.startswith("settings.DATABASES['misuse']['OPTIONS']['fair']: fair must be True")
     assert "'strict', False or litegate.Bounded(overtakes, seconds), got 'fifo'" in message
     assert not os.path.exists(path)  # refused before anything was opened
+
+
+# -- PRAGMAs that break the file for everyone else ------------------------------
+
+REFUSED_PRAGMAS = [
+    ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode = 'DELETE'"),
+    ("pragma main.journal_mode='truncate'", "PRAGMA journal_mode = 'truncate'"),
+    ("/* c */ PRAGMA journal_mode(persist)", "PRAGMA journal_mode = 'persist'"),
+    ("PRAGMA locking_mode = EXCLUSIVE", "PRAGMA locking_mode = 'EXCLUSIVE'"),
+    ("PRAGMA query_only = 1", "PRAGMA query_only = '1'"),
+    ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = 'ON'"),
+    ("PRAGMA schema_version = 7", "PRAGMA schema_version = '7'"),
+]
+
+
+def test_pragmas_the_core_refuses_are_refused_through_a_django_cursor() -> None:
+    """journal_mode=DELETE through connection.cursor() left the file out of
+    WAL, and locking_mode=EXCLUSIVE kept every other connection out: both
+    were accepted. Now each PRAGMA the core refuses on its writer is refused
+    before it runs, with litegate.ConfigError (not a sqlite3 error, so
+    Django's error wrapper lets it through as it is), in autocommit mode and
+    inside atomic(), whose transaction goes on."""
+    for sql, named in REFUSED_PRAGMAS:
+        for many in (False, True):
+            message = _refusal(sql, many)
+            assert message.startswith(f"database 'default': {named}: "), message
+            assert message.endswith("(refused before it ran; nothing was changed)")
+        with transaction.atomic():
+            Entry.objects.create(who=f"before {sql}")
+            with pytest.raises(litegate.ConfigError), connection.cursor() as cur:
+                cur.execute(sql)
+            Entry.objects.create(who=f"after {sql}")
+    assert Entry.objects.count() == 2 * len(REFUSED_PRAGMAS)
+    assert "litegate.django.read_only()" in _refusal("PRAGMA query_only = 1")
+    # Reading them, and the values litegate itself uses, are fine.
+    with connection.cursor() as cur:
+        for sql, want in [
+            ("PRAGMA journal_mode", "wal"),
+            ("PRAGMA journal_mode = WAL", "wal"),
+            ("PRAGMA locking_mode = NORMAL", "normal"),
+            ("PRAGMA query_only = 0", None),
+            ("PRAGMA writable_schema = OFF", None),
+            ("PRAGMA schema_version", None),
+        ]:
+            cur.execute(sql)
+            row = cur.fetchone()
+            if want is not None:
+                assert row == (want,), sql
+    # The file is still WAL and open to everyone: another connection writes.
+    with closing(sqlite3.connect(db_path(), timeout=5)) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        with other:
+            other.execute("INSERT INTO testapp_entry (who) VALUES ('other connection')")
+    assert Entry.objects.count() == 2 * len(REFUSED_PRAGMAS) + 1
+
+
+def _refusal(sql: str, many: bool = False) -> str:
+    """The message of the ConfigError that running ``sql`` raises."""
+    from django.db import DatabaseError
+
+    with connection.cursor() as cur:
+        run = partial(cur.executemany, sql, []) if many else partial(cur.execute, sql)
+        with pytest.raises(litegate.ConfigError) as info:
+            run()
+    assert not isinstance(info.value, DatabaseError)
+    return str(info.value)
+
+
+@pytest.mark.skipif(
+    not hasattr(connection, "transaction_modes"), reason="OPTIONS['init_command']: Django >= 5.1"
+)
+def test_a_refused_pragma_in_init_command_is_a_settings_error(tmp_path: Any) -> None:
+    """Django runs OPTIONS["init_command"] as it connects: the same PRAGMAs
+    are refused there, as a SettingsError naming the option; the connection
+    is not left open."""
+    from litegate.django import SettingsError
+
+    path = str(tmp_path / "x.db")
+    command = "PRAGMA temp_store = MEMORY; PRAGMA locking_mode = EXCLUSIVE"
+    conn = wrapper_for(path, {"init_command": command})
+    with pytest.raises(SettingsError) as info:
+        conn.ensure_connection()
+    assert str(info.value).startswith(
+        "settings.DATABASES['misuse']['OPTIONS']['init_command']: PRAGMA locking_mode = "
+        "'EXCLUSIVE': EXCLUSIVE locking keeps every other connection"
+    )
+    assert conn.connection is None
+    with closing(sqlite3.connect(path, timeout=1)) as other, other:
+        other.execute("CREATE TABLE t (x)")  # not locked out
