@@ -35,6 +35,7 @@ __all__ = [
     "GateTimeout",
     "ReadOnlyScopeError",
     "SettingsError",
+    "TransactionControlError",
     "read_only",
 ]
 
