@@ -362,3 +362,59 @@ def test_bad_options_say_what_to_do() -> None:
         TaskBackend("x", {"OPTIONS": {"max_attempts": 0}})
     messages = list(TaskBackend("x", {"OPTIONS": {"database": "nope"}}).check())
     assert [m.id for m in messages] == ["litegate.E001"]
+
+
+def test_odd_backend_settings_and_arguments_are_typed_errors() -> None:
+    """Found by the misuse suite: QUEUES=5 raised TypeError in Django's
+    base class, QUEUES="default" became the queues d, e, f, a, u, l, t;
+    OPTIONS=None AttributeError; OPTIONS["database"]=[] TypeError from
+    check(); a database alias not in DATABASES ConnectionDoesNotExist at
+    enqueue(); arguments JSON cannot hold TypeError / ValueError /
+    RecursionError from Django's normalize_json. Now SettingsError
+    (Django's ImproperlyConfigured and litegate.ConfigError) and
+    PayloadError (a TypeError and litegate.Error), nothing stored."""
+    from litegate.django import SettingsError
+    from litegate.queue import PayloadError
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"QUEUES": 5}, "['QUEUES'] must be a list of queue names"),
+        ({"QUEUES": "default"}, "['QUEUES'] must be a list of queue names"),
+        ({"QUEUES": ["default", ""]}, "must hold queue names (non-empty strings)"),
+        ({"OPTIONS": None}, "['OPTIONS'] must be a dict"),
+        ({"OPTIONS": {"database": []}}, "['database'] must be the alias of a litegate.django"),
+        ({"OPTIONS": {5: 1, "retries": 3}}, "unknown option(s) 'retries', 5;"),
+    ]
+    for params, message in cases:
+        with pytest.raises(SettingsError) as info:
+            TaskBackend("x", params)
+        assert message in str(info.value), str(info.value)
+    elsewhere = TaskBackend("x", {"OPTIONS": {"database": "nope"}})
+    with pytest.raises(SettingsError, match=r"'nope', which is not in DATABASES \(\['default',"):
+        elsewhere.enqueue(tasks.add, [1, 2], {})
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    for odd in (object(), {1, 2}, b"\xff", deep, float("nan")):
+        with pytest.raises(PayloadError, match="JSON-serialisable"):
+            tasks.add.enqueue(odd, 1)
+    with Queue(db_path(), "default") as q:
+        assert q.counts()["ready"] == 0  # nothing stored
+
+
+def test_results_of_edge_run_afters_and_of_a_backend_gone_from_tasks() -> None:
+    """run_after=datetime.max is stored as epoch seconds a hair past what a
+    datetime holds: get_result() raised ValueError ("year 10000 is out of
+    range"). A task enqueued by a TASKS alias since removed from the
+    settings could not be read back through the alias that shares its
+    file (InvalidTaskBackendError); it is now read through that one."""
+    from datetime import datetime, timezone
+
+    far = tasks.add.using(run_after=datetime.max.replace(tzinfo=timezone.utc)).enqueue(1, 1)
+    back = tasks.add.get_result(far.id)
+    assert back.task.run_after == datetime.max.replace(tzinfo=timezone.utc)
+    with Queue(db_path(), "default") as q:  # as the removed alias "gone" stored it
+        put = q.put(
+            {"task": tasks.add.module_path, "args": [2, 2], "kwargs": {}, "backend": "gone"}
+        )
+    found = tasks.add.get_result(str(put))
+    assert (found.args, found.backend, found.task.backend) == ([2, 2], "gone", "default")

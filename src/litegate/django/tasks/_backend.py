@@ -19,8 +19,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.utils.module_loading import import_string
 
-from ...queue import put_on
+from ...queue import PayloadError, put_on
 from .. import base as litegate_base
+from ..base import SettingsError
 from . import _store
 from ._api import (
     Base,
@@ -64,22 +65,43 @@ class TaskBackend(Base):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        where = f"TASKS[{alias!r}]"
+        queues = params.get("QUEUES", ["default"])
+        if isinstance(queues, (str, bytes)) or not isinstance(queues, (list, tuple, set)):
+            raise SettingsError(
+                f"{where}['QUEUES'] must be a list of queue names, e.g. ['default', 'emails'], "
+                f"got {queues!r}"
+            )
+        if not all(isinstance(q, str) and q for q in queues):
+            raise SettingsError(
+                f"{where}['QUEUES'] must hold queue names (non-empty strings), got {queues!r}"
+            )
+        if not isinstance(params.get("OPTIONS", {}), dict):
+            raise SettingsError(
+                f"{where}['OPTIONS'] must be a dict, e.g. {{'database': 'default'}}, got "
+                f"{params['OPTIONS']!r}"
+            )
         super().__init__(alias, params)
         options = dict(self.options)
         self.database: str = options.pop("database", "default")
         self.max_attempts = options.pop("max_attempts", 3)
         if options:
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {sorted(options)}; "
-                "litegate's tasks backend takes 'database' and 'max_attempts'"
+            raise SettingsError(
+                f"{where}['OPTIONS']: unknown option(s) {', '.join(sorted(map(repr, options)))}; "
+                "litegate's tasks backend takes 'database' and 'max_attempts': remove the others"
+            )
+        if not isinstance(self.database, str):
+            raise SettingsError(
+                f"{where}['OPTIONS']['database'] must be the alias of a litegate.django "
+                f"database in DATABASES (a str), got {self.database!r}"
             )
         if (
             isinstance(self.max_attempts, bool)
             or not isinstance(self.max_attempts, int)
             or self.max_attempts < 1
         ):
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']['max_attempts'] must be a whole number >= 1, "
+            raise SettingsError(
+                f"{where}['OPTIONS']['max_attempts'] must be a whole number >= 1, "
                 f"got {self.max_attempts!r}"
             )
         self._ready: set[tuple[str, str]] = set()  # (alias, file) with the tables made
@@ -108,8 +130,15 @@ class TaskBackend(Base):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
         now = time.time()
-        args = normalize_json(list(args))
-        kwargs = normalize_json(dict(kwargs))
+        try:
+            args = normalize_json(list(args))
+            kwargs = normalize_json(dict(kwargs))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise PayloadError(
+                f"a task's arguments must be JSON-serialisable ({type(exc).__name__}: {exc}); "
+                "nothing was stored. Pass dicts, lists, strings, numbers, booleans or None "
+                "(encode other values yourself, e.g. as strings)"
+            ) from None
         run_after = task.run_after
         delay = 0.0 if run_after is None else max(0.0, run_after.timestamp() - now)
         payload = {
@@ -180,9 +209,15 @@ class TaskBackend(Base):
 
     # -- plumbing -----------------------------------------------------------------
     def _wrapper(self) -> Any:
+        if self.database not in settings.DATABASES:
+            raise SettingsError(
+                f"TASKS[{self.alias!r}]['OPTIONS']['database'] is {self.database!r}, which is "
+                f"not in DATABASES ({sorted(settings.DATABASES)}); set it to a litegate.django "
+                "database's alias"
+            )
         wrapper = connections[self.database]
         if not isinstance(wrapper, litegate_base.DatabaseWrapper):
-            raise ImproperlyConfigured(
+            raise SettingsError(
                 f"TASKS[{self.alias!r}] needs database {self.database!r} to use ENGINE "
                 f"'litegate.django', not {wrapper.settings_dict['ENGINE']!r}"
             )
@@ -245,9 +280,15 @@ def _when(ts: float | None) -> datetime | None:
     local time."""
     if ts is None:
         return None
-    if settings.USE_TZ:
-        return datetime.fromtimestamp(ts, tz=timezone.utc)
-    return datetime.fromtimestamp(ts)
+    try:
+        if settings.USE_TZ:
+            return datetime.fromtimestamp(ts, tz=timezone.utc)
+        return datetime.fromtimestamp(ts)
+    except (OverflowError, ValueError, OSError):
+        # Past what datetime holds: run_after=datetime.max, stored as epoch
+        # seconds, comes back a hair beyond it.
+        edge = datetime.max if ts > 0 else datetime.min
+        return edge.replace(tzinfo=timezone.utc) if settings.USE_TZ else edge
 
 
 def result_from_row(row: Any, payload: dict[str, Any], result_id: str, alias: str) -> Any:
@@ -330,4 +371,11 @@ def _task(payload: dict[str, Any], queue: str, alias: str) -> Any:
     }
     if run_after is not None and math.isfinite(run_after):
         changes["run_after"] = _when(run_after)
-    return task.using(**changes)
+    try:
+        return task.using(**changes)
+    except ImproperlyConfigured:
+        if changes["backend"] == alias:
+            raise
+        # The backend that enqueued it is no longer in TASKS: the result is
+        # read (and the task run) through this one, which shares its file.
+        return task.using(**{**changes, "backend": alias})

@@ -72,3 +72,9 @@ async def aexits() -> None:
     import sys
 
     sys.exit("async exit")
+
+
+@task()
+def echo(*args: Any, **kwargs: Any) -> list[Any]:
+    """Takes anything: the misuse suite's enqueue() arguments."""
+    return [list(args), kwargs]
