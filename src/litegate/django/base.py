@@ -1,12 +1,14 @@
 """The database wrapper Django loads for ``ENGINE: "litegate.django"``.
 
 It subclasses Django's own SQLite backend and overrides a few named methods:
-``get_connection_params`` (litegate's OPTIONS), ``get_new_connection`` (the
-profile's PRAGMAs, the file's gate and checkpointer), ``create_cursor``
-(autocommit writes through the gate), ``_start_transaction_under_autocommit``
-(gate, then ``BEGIN IMMEDIATE``), and ``_commit`` / ``_rollback`` /
-``_close`` (give the gate back on every path). ``vendor`` stays ``"sqlite"``,
-so Django's SQLite code paths and third-party apps see SQLite.
+``get_connection_params`` (litegate's OPTIONS, every value checked),
+``get_new_connection`` (the PRAGMA guard, ``init_command``, the profile's
+PRAGMAs, the file's gate and checkpointer), ``create_cursor`` (writes
+through the gate, transaction control checked),
+``_start_transaction_under_autocommit`` (gate, then ``BEGIN IMMEDIATE``),
+and ``_commit`` / ``_rollback`` / ``_set_autocommit`` / ``_close`` (give the
+gate back on every path). ``vendor`` stays ``"sqlite"``, so Django's SQLite
+code paths and third-party apps see SQLite.
 """
 
 from __future__ import annotations
