@@ -272,10 +272,14 @@ def _writes(sql: str) -> bool:
     the file (or, as a FULL / RESTART / TRUNCATE checkpoint, keeps writers
     out while it runs)."""
     kind = statement_kind(sql)
-    return kind in (WRITE, VACUUM) or (kind == READ and _pragma_writes(sql))
+    if kind in (WRITE, VACUUM):
+        return True
+    return kind == READ and _PRAGMA_HEAD.match(sql) is not None and _pragma_writes(sql)
 
 
 _COMMENTS = re.compile(r"/\*.*?(?:\*/|$)|--[^\n]*", re.S)
+# Anchored, so a SELECT is told apart at its first letter.
+_PRAGMA_HEAD = re.compile(r"\s*(?:(?:/\*.*?\*/|--[^\n]*\n)\s*)*PRAGMA\b", re.S | re.I)
 _PRAGMA = re.compile(r"PRAGMA\s+(?:\w+\s*\.\s*)?(\w+)\s*(.*)", re.S | re.I)
 _PRAGMA_RUNS = frozenset({"optimize", "incremental_vacuum"})  # write whatever their argument
 _PRAGMA_SETS = frozenset({"user_version", "application_id", "auto_vacuum", "default_cache_size"})
