@@ -14,7 +14,7 @@ The contract (``tests/litegate/misuse.py``): each call succeeds or raises a
 typed ``litegate.Error`` whose message says what to do. Django's own errors
 where Django's API defines them: ``django.db.DatabaseError`` for SQL that
 SQLite itself rejects (never "database is locked": litegate's gate is what
-prevents it), ``InvalidTaskError`` from Django's task validation,
+prevents it), ``InvalidTask`` from Django's task validation,
 ``TaskResultDoesNotExist`` for an id that is not a task's. And after every
 case: no committed row lost (rows deleted inside a block that rolls back
 come back), the file still in WAL, the gate held only while a transaction
@@ -104,24 +104,8 @@ def gate_follows_transaction(wrapper: Any, what: str) -> None:
 
 NAMES = ["seeded", "seeded", "seeded", "new", "missing folder", "directory", "not sqlite"]
 NAMES += ["empty", "none", ":memory:", "memory uri", "nul", "pathlib"]
-ODD: list[Any] = [
-    None,
-    True,
-    False,
-    0,
-    1,
-    -1,
-    5,
-    2.5,
-    1e12,
-    math.nan,
-    math.inf,
-    "5",
-    "",
-    2**70,
-    [],
-    {},
-]
+ODD: list[Any] = [None, True, False, 0, 1, -1, 5, 2.5, 1e12, math.nan, math.inf, "5", ""]
+ODD += [2**70, [], {}]
 WORDS = ["default", "fast", "safe", "strict", "IMMEDIATE", "DEFERRED", "EXCLUSIVE", "deferred"]
 WORDS += ["bogus", "PRAGMA temp_store = MEMORY", "PRAGMA journal_mode = DELETE"]
 WORDS += ["PRAGMA cache_size = 10; PRAGMA locking_mode = EXCLUSIVE", "SELECT 1;;", "nonsense sql"]
