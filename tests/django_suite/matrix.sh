@@ -28,7 +28,8 @@ run_leg() {  # name, python, Django requirement
         "$venv/bin/python" -m pip install --quiet "$req"
     fi
     # the backend's own tests too (tasks backend, gunicorn --preload, processes)
-    "$venv/bin/python" -m pip install --quiet pytest pytest-timeout "gunicorn>=22" "django-tasks>=0.9"
+    "$venv/bin/python" -m pip install --quiet pytest pytest-timeout "gunicorn>=22" "django-tasks>=0.9" \
+        "hypothesis>=6"
     echo "== $name: $("$venv/bin/python" -c 'import sys, django; print("Django", django.get_version(), "on Python", sys.version.split()[0])')"
     "$venv/bin/python" tests/django_suite/run.py
     PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/litegate/django

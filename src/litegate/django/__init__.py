@@ -8,18 +8,23 @@ DATABASES = {"default": {"ENGINE": "litegate.django", "NAME": BASE_DIR / "db.sql
 The outermost ``atomic()`` takes the file's write gate (this process's FIFO,
 then the cross-process ticket queue) and runs ``BEGIN IMMEDIATE``; COMMIT,
 ROLLBACK and close give it back. A write in autocommit mode (``save()``,
-``update()``, raw SQL) takes the gate for its one statement. Reads take no
-gate. See the README's Django section.
+``update()``, raw SQL) takes the gate for its one statement; a write in a
+transaction begun otherwise (manual transactions, ``BEGIN`` sent as SQL,
+``transaction_mode="DEFERRED"``) takes it until that transaction ends.
+Reads take no gate. ``BEGIN`` / ``COMMIT`` / ``END`` / ``ROLLBACK`` sent
+through a cursor inside ``atomic()`` raise :class:`TransactionControlError`;
+the PRAGMAs that would break the file for other connections raise
+``litegate.ConfigError``. See the README's Django section.
 
 ``with litegate.django.read_only():`` is an ``atomic()`` block that only
 reads: no gate, writes refused with :class:`ReadOnlyScopeError`.
 
-Misconfiguration is typed: an unknown or unusable ``OPTIONS`` key, a bad
-profile or timeout is :class:`SettingsError` (Django's
+Misconfiguration is typed: an unknown or unusable ``OPTIONS`` key or value,
+a bad ``NAME``, profile or timeout is :class:`SettingsError` (Django's
 ``ImproperlyConfigured`` and ``litegate.ConfigError``); a database file
 litegate cannot open (missing directory, a directory, no write access, a bad
-sidecar) is :class:`DatabaseOpenError` (Django's ``OperationalError`` and
-``litegate.OpenError``), with what to do.
+sidecar, not SQLite) is :class:`DatabaseOpenError` (Django's
+``OperationalError`` and ``litegate.OpenError``), with what to do.
 
 Django itself is imported only by ``litegate.django.base`` (which Django
 loads when a connection is made, and which the names above come from);
@@ -35,6 +40,7 @@ __all__ = [
     "GateTimeout",
     "ReadOnlyScopeError",
     "SettingsError",
+    "TransactionControlError",
     "read_only",
 ]
 

@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
+from functools import partial
 from typing import Any
 
 import pytest
@@ -490,3 +491,350 @@ def test_options_fair_sets_the_write_gates_policy(tmp_path: Any) -> None:
     assert message.startswith("settings.DATABASES['misuse']['OPTIONS']['fair']: fair must be True")
     assert "'strict', False or litegate.Bounded(overtakes, seconds), got 'fifo'" in message
     assert not os.path.exists(path)  # refused before anything was opened
+
+
+# -- PRAGMAs that break the file for everyone else ------------------------------
+
+REFUSED_PRAGMAS = [
+    ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode = 'DELETE'"),
+    ("pragma main.journal_mode='truncate'", "PRAGMA journal_mode = 'truncate'"),
+    ("/* c */ PRAGMA journal_mode(persist)", "PRAGMA journal_mode = 'persist'"),
+    ("PRAGMA locking_mode = EXCLUSIVE", "PRAGMA locking_mode = 'EXCLUSIVE'"),
+    ("PRAGMA query_only = 1", "PRAGMA query_only = '1'"),
+    ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = 'ON'"),
+    ("PRAGMA schema_version = 7", "PRAGMA schema_version = '7'"),
+]
+
+
+def test_pragmas_the_core_refuses_are_refused_through_a_django_cursor() -> None:
+    """journal_mode=DELETE through connection.cursor() left the file out of
+    WAL, and locking_mode=EXCLUSIVE kept every other connection out: both
+    were accepted. Now each PRAGMA the core refuses on its writer is refused
+    before it runs, with litegate.ConfigError (not a sqlite3 error, so
+    Django's error wrapper lets it through as it is), in autocommit mode and
+    inside atomic(), whose transaction goes on."""
+    for sql, named in REFUSED_PRAGMAS:
+        for many in (False, True):
+            message = _refusal(sql, many)
+            assert message.startswith(f"database 'default': {named}: "), message
+            assert message.endswith(". Refused before it ran, nothing was changed: remove it")
+        with transaction.atomic():
+            Entry.objects.create(who=f"before {sql}")
+            with pytest.raises(litegate.ConfigError), connection.cursor() as cur:
+                cur.execute(sql)
+            Entry.objects.create(who=f"after {sql}")
+    assert Entry.objects.count() == 2 * len(REFUSED_PRAGMAS)
+    assert "litegate.django.read_only()" in _refusal("PRAGMA query_only = 1")
+    # Reading them, and the values litegate itself uses, are fine.
+    with connection.cursor() as cur:
+        for sql, want in [
+            ("PRAGMA journal_mode", "wal"),
+            ("PRAGMA journal_mode = WAL", "wal"),
+            ("PRAGMA locking_mode = NORMAL", "normal"),
+            ("PRAGMA query_only = 0", None),
+            ("PRAGMA writable_schema = OFF", None),
+            ("PRAGMA schema_version", None),
+        ]:
+            cur.execute(sql)
+            row = cur.fetchone()
+            if want is not None:
+                assert row == (want,), sql
+    # The file is still WAL and open to everyone: another connection writes.
+    with closing(sqlite3.connect(db_path(), timeout=5)) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        with other:
+            other.execute("INSERT INTO testapp_entry (who) VALUES ('other connection')")
+    assert Entry.objects.count() == 2 * len(REFUSED_PRAGMAS) + 1
+
+
+def _refusal(sql: str, many: bool = False) -> str:
+    """The message of the ConfigError that running ``sql`` raises."""
+    from django.db import DatabaseError
+
+    with connection.cursor() as cur:
+        run = partial(cur.executemany, sql, []) if many else partial(cur.execute, sql)
+        with pytest.raises(litegate.ConfigError) as info:
+            run()
+    assert not isinstance(info.value, DatabaseError)
+    return str(info.value)
+
+
+@pytest.mark.skipif(
+    not hasattr(connection, "transaction_modes"), reason="OPTIONS['init_command']: Django >= 5.1"
+)
+def test_a_refused_pragma_in_init_command_is_a_settings_error(tmp_path: Any) -> None:
+    """Django runs OPTIONS["init_command"] as it connects: the same PRAGMAs
+    are refused there, as a SettingsError naming the option; the connection
+    is not left open."""
+    from litegate.django import SettingsError
+
+    path = str(tmp_path / "x.db")
+    command = "PRAGMA temp_store = MEMORY; PRAGMA locking_mode = EXCLUSIVE"
+    conn = wrapper_for(path, {"init_command": command})
+    with pytest.raises(SettingsError) as info:
+        conn.ensure_connection()
+    assert str(info.value).startswith(
+        "settings.DATABASES['misuse']['OPTIONS']['init_command']: PRAGMA locking_mode = "
+        "'EXCLUSIVE': EXCLUSIVE locking keeps every other connection"
+    )
+    assert conn.connection is None
+    with closing(sqlite3.connect(path, timeout=1)) as other, other:
+        other.execute("CREATE TABLE t (x)")  # not locked out
+
+
+# -- the gate follows every transaction, however it was begun --------------------
+
+
+def other_writer(db: litegate.Database) -> str:
+    """What a writer in another thread (a Database of its own, 0.3 s to
+    wait) gets right now: "wrote", or its WriteTimeout's message."""
+    out: list[str] = []
+
+    def write() -> None:
+        try:
+            db.execute("INSERT INTO testapp_entry (who) VALUES ('other writer')")
+            out.append("wrote")
+        except litegate.WriteTimeout as exc:
+            out.append(str(exc))
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+WAITED_FOR_THE_GATE = "no write gate within"
+OUTSIDE = "by a writer outside litegate"
+
+
+@pytest.fixture
+def other_db() -> Iterator[litegate.Database]:
+    db = litegate.connect(db_path(), timeout=0.3)
+    yield db
+    db.close()
+
+
+def test_a_write_in_a_transaction_without_the_gate_takes_it_until_the_end(
+    other_db: litegate.Database,
+) -> None:
+    """Django's manual transactions (set_autocommit(False), AUTOCOMMIT
+    False), BEGIN sent as SQL and transaction_mode="DEFERRED" open a
+    transaction without the gate. Their first write took the gate for that
+    statement only and gave it back with SQLite's write lock still held, so
+    the next writer of the file waited on SQLite ("a writer outside
+    litegate", or "database is locked") instead of the gate. Now the write
+    keeps the gate until the transaction ends, and the end gives it back."""
+    # Django's manual transactions
+    transaction.set_autocommit(False)
+    try:
+        Entry.objects.create(who="manual")
+        assert connection.litegate_held
+        assert WAITED_FOR_THE_GATE in other_writer(other_db)
+        transaction.commit()
+        assert not connection.litegate_held
+        assert other_writer(other_db) == "wrote"
+        Entry.objects.create(who="manual, then back to autocommit")
+        assert connection.litegate_held
+    finally:
+        transaction.set_autocommit(True)  # sqlite3 commits what is open
+    assert not connection.litegate_held
+    assert other_writer(other_db) == "wrote"
+    # BEGIN sent as SQL: DEFERRED takes the gate at its first write,
+    # IMMEDIATE / EXCLUSIVE at BEGIN; COMMIT / ROLLBACK / END give it back
+    for begin, end in [
+        ("BEGIN", "COMMIT"),
+        ("BEGIN IMMEDIATE", "ROLLBACK"),
+        ("BEGIN EXCLUSIVE", "END"),
+    ]:
+        with connection.cursor() as cur:
+            cur.execute(begin)
+            assert connection.litegate_held == (begin != "BEGIN")
+            cur.execute("INSERT INTO testapp_entry (who) VALUES (%s)", [begin])
+            assert connection.litegate_held
+            assert WAITED_FOR_THE_GATE in other_writer(other_db)
+            cur.execute(end)
+        assert not connection.litegate_held
+        assert other_writer(other_db) == "wrote"
+    # PRAGMAs that write the file are writes too
+    with connection.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("PRAGMA user_version = 7")
+        assert connection.litegate_held
+        assert WAITED_FOR_THE_GATE in other_writer(other_db)
+        cur.execute("COMMIT")
+    assert not connection.litegate_held
+    assert sorted(Entry.objects.values_list("who", flat=True)) == [
+        "BEGIN",
+        "BEGIN EXCLUSIVE",
+        "manual",
+        "manual, then back to autocommit",
+        *["other writer"] * 5,
+    ]
+
+
+@pytest.mark.skipif(
+    not hasattr(connection, "transaction_modes"), reason="transaction_mode: Django >= 5.1"
+)
+def test_transaction_mode_deferred_takes_the_gate_at_its_first_write(tmp_path: Any) -> None:
+    """OPTIONS["transaction_mode"] = "DEFERRED": atomic() takes no gate at
+    BEGIN (a block that only reads never waits for writers), but its first
+    write takes it; it ran outside the gate until the commit."""
+    path = str(tmp_path / "x.db")
+    conn = wrapper_for(path, {"transaction_mode": "DEFERRED"})
+    db = litegate.connect(path, timeout=0.3)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE testapp_entry (who)")
+        conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+        conn.in_atomic_block = True  # what atomic() does for an outermost block
+        try:
+            assert not conn.litegate_held
+            assert other_writer(db) == "wrote"
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO testapp_entry (who) VALUES ('deferred')")
+                assert conn.litegate_held
+                assert WAITED_FOR_THE_GATE in other_writer(db)
+            conn.in_atomic_block = False
+            conn.commit()
+        finally:
+            conn.in_atomic_block = False
+            conn.set_autocommit(True)
+        assert not conn.litegate_held
+        assert other_writer(db) == "wrote"
+    finally:
+        db.close()
+        conn.close()
+
+
+def test_transaction_control_sent_as_sql_inside_atomic_is_refused(
+    other_db: litegate.Database,
+) -> None:
+    """COMMIT inside atomic() committed the block's writes so far, and the
+    next write then failed with NestedWriteError ("through another
+    connection") while atomic() still held the gate; ROLLBACK threw the
+    block's writes away. Now BEGIN, COMMIT, END and ROLLBACK sent as SQL
+    inside atomic() are refused before they run (a TransactionControlError:
+    Django's TransactionManagementError and litegate.TransactionError), and
+    the block commits or rolls back as one. Savepoints stay SQLite's."""
+    from django.db.transaction import TransactionManagementError
+
+    from litegate.django import TransactionControlError
+
+    def refused_then_rolled_back(sql: str) -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="undone")
+            with pytest.raises(TransactionControlError) as info, connection.cursor() as cur:
+                cur.execute(sql)
+            assert isinstance(info.value, TransactionManagementError)
+            assert isinstance(info.value, litegate.TransactionError)
+            assert "through a cursor inside atomic() on 'default' was refused" in str(info.value)
+            Entry.objects.create(who="undone too")
+            raise RuntimeError("roll back")
+
+    for sql in ("COMMIT", "end transaction", "ROLLBACK", "/* c */ BEGIN", "-- c\nROLLBACK"):
+        with pytest.raises(RuntimeError, match="roll back"):
+            refused_then_rolled_back(sql)
+        assert Entry.objects.count() == 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SAVEPOINT mine")
+        Entry.objects.create(who="rolled back to the savepoint")
+        cur.execute("ROLLBACK TO mine")
+        cur.execute("RELEASE mine")
+        Entry.objects.create(who="kept")
+    assert list(Entry.objects.values_list("who", flat=True)) == ["kept"]
+    # atomic() with a transaction begun with SQL still open: refused before
+    # its BEGIN IMMEDIATE, which would have taken SQLite's lock for it
+    with connection.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT 1")
+        with pytest.raises(TransactionControlError, match="End it with COMMIT or ROLLBACK"):
+            transaction.atomic().__enter__()
+        assert not connection.litegate_held
+        assert other_writer(other_db) == "wrote"  # the lock was not taken
+        cur.execute("ROLLBACK")
+
+
+def test_closing_with_a_cursor_alive_lets_go_of_sqlites_lock_with_the_gate(
+    other_db: litegate.Database,
+) -> None:
+    """A connection closed inside a transaction while one of its statements
+    is live (a cursor with rows not fetched yet, still referenced by a
+    variable or an exception's traceback) stays open in SQLite as a zombie,
+    transaction and write lock included, until the cursor goes: the gate
+    was given back, so the next writer waited for "a writer outside
+    litegate". Now the transaction is rolled back before the close."""
+    Entry.objects.bulk_create([Entry(who="before"), Entry(who="before")])
+    live: list[Any] = []
+
+    def close_inside_atomic() -> None:
+        with transaction.atomic():
+            Entry.objects.create(who="never committed")
+            cur = connection.cursor()
+            cur.execute("SELECT who FROM testapp_entry")
+            assert cur.fetchone() == ("before",)  # more rows pending: the statement is live
+            live.append(cur)
+            connection.close()
+            raise RuntimeError("leave the block")
+
+    with pytest.raises(RuntimeError, match="leave the block"):
+        close_inside_atomic()
+    assert other_writer(other_db) == "wrote"
+    live.clear()
+    assert sorted(Entry.objects.values_list("who", flat=True)) == [
+        "before",
+        "before",
+        "other writer",
+    ]
+
+
+def test_odd_database_settings_are_settings_errors_that_say_what_to_pass(tmp_path: Any) -> None:
+    """Found by the misuse suite. Each was untyped, or Django's own error
+    without litegate's: NAME None or "" (ImproperlyConfigured; close() then
+    raised TypeError), a NUL in NAME (ValueError), cached_statements=None
+    and factory=str (TypeError), detect_types=2**70 (OverflowError),
+    isolation_level="bogus" (ValueError), init_command=None and
+    transaction_mode=5 (AttributeError), SQL in init_command that fails
+    (OperationalError), and a write or BEGIN in init_command ran at every
+    connect outside the gate. Now each is a SettingsError naming the key;
+    nothing is opened for the ones known before connecting."""
+    from litegate.django import SettingsError
+    from tests.litegate.misuse import says_what_to_do
+
+    path = str(tmp_path / "x.db")
+    before_open: list[tuple[object, object, str]] = [
+        (None, {}, "['NAME'] must be the path of the database file (a str or pathlib.Path)"),
+        ("", {}, "['NAME'] must be the path of the database file"),
+        (path + "\0", {}, "['NAME'] contains a NUL character"),
+        (path, {"cached_statements": None}, "['cached_statements'] must be a whole number"),
+        (path, {"detect_types": 2**70}, "['detect_types'] must be a whole number"),
+        (path, {"isolation_level": "bogus"}, "['isolation_level'] must be None, '', 'DEFERRED'"),
+        (path, {"factory": str}, "['factory'] must be a subclass of sqlite3.Connection"),
+    ]
+    at_open: list[tuple[object, object, str]] = []
+    if hasattr(connection, "transaction_modes"):  # Django >= 5.1
+        before_open += [
+            (path, {"transaction_mode": 5}, "['transaction_mode'] must be None, 'DEFERRED'"),
+            (path, {"transaction_mode": "bogus"}, "['transaction_mode'] is improperly configured"),
+            (path, {"init_command": None}, "['init_command'] must be a string of SQL statements"),
+            (path, {"init_command": "INSERT INTO t VALUES (1)"}, "would write or control a "),
+            (path, {"init_command": "PRAGMA cache_size = 5; BEGIN IMMEDIATE"}, "in a migration"),
+        ]
+        at_open.append(
+            (path, {"init_command": "SELECT nonsense"}, "'SELECT nonsense' failed: no such")
+        )
+    for name, options, message in before_open + at_open:
+        conn = wrapper_for(name, options)  # type: ignore[arg-type]
+        with pytest.raises(SettingsError) as info:
+            conn.ensure_connection()
+        assert message in str(info.value), (name, options, str(info.value))
+        assert says_what_to_do(str(info.value)), str(info.value)
+        assert conn.connection is None
+        conn.close()  # never raises, whatever NAME is
+        if (name, options, message) in before_open:
+            assert not os.path.exists(path)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database, " * 64)
+    from litegate.django import DatabaseOpenError
+
+    with pytest.raises(DatabaseOpenError, match="is not a SQLite database or is damaged"):
+        wrapper_for(str(garbage), {}).ensure_connection()

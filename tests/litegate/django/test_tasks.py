@@ -4,6 +4,7 @@ results, priorities, run_after, queue names, and ``litegate worker
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -33,6 +34,11 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture(autouse=True)
 def empty_queue() -> Iterator[None]:
     yield
+    drop_tables()
+
+
+def drop_tables() -> None:
+    """No queue and no results in the file, and the backend knows it."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' "
@@ -93,6 +99,37 @@ def test_a_task_that_raises_fails_once_with_its_error() -> None:
     assert result.attempts == 1  # not retried: Django's API has no retries
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
+
+
+def test_a_task_raising_systemexit_or_keyboardinterrupt_fails_once_in_a_real_worker() -> None:
+    """A task's sys.exit() or KeyboardInterrupt is the task's failure, as any
+    exception is: FAILED at once with that exception recorded, in a real
+    ``litegate worker --django`` process that keeps running the other tasks.
+    It was re-raised into the queue's worker, which retried the task up to
+    max_attempts and reported it as WorkerLost ("the worker ... stopped")."""
+    exited = tasks.exits.enqueue(3)
+    interrupted = tasks.interrupts.enqueue()
+    async_exited = tasks.aexits.enqueue()
+    fine = tasks.add.enqueue(20, 22)
+    worker = _worker("--burst", "--concurrency", "1")
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    for result, path, text in (
+        (exited, "builtins.SystemExit", "SystemExit: 3"),
+        (interrupted, "builtins.KeyboardInterrupt", "KeyboardInterrupt: from the task"),
+        (async_exited, "builtins.SystemExit", "SystemExit: async exit"),
+    ):
+        result.refresh()
+        assert result.status == TaskResultStatus.FAILED
+        assert [e.exception_class_path for e in result.errors] == [path]
+        assert text in result.errors[0].traceback
+        assert len(result.worker_ids) == 1  # one attempt, not max_attempts
+    fine.refresh()
+    assert (fine.status, fine.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    with Queue(db_path(), "default") as q:
+        counts = q.counts()
+        attempts = [q.get(int(r.id)).attempts for r in (exited, interrupted, async_exited)]
+    assert (counts["done"], counts["dead"], attempts) == (4, 0, [1, 1, 1])
 
 
 def test_a_task_released_unstarted_records_no_worker_lost(tmp_path: Path) -> None:
@@ -199,6 +236,69 @@ def test_unknown_ids_and_a_read_only_scope() -> None:
         tasks.add.enqueue(1, 2)
 
 
+def test_get_result_finds_only_the_ids_enqueue_handed_out() -> None:
+    """get_result() of anything but a task's id as enqueue() gave it is
+    TaskResultDoesNotExist, in get_result() and aget_result() alike. The id
+    of a plain litegate.queue job in the same file raised KeyError: 'task';
+    "9" * 30 and str(2**63) raised OverflowError; " 1 " and the Arabic-Indic
+    digits of an id returned that task under an id that does not match."""
+    backend = tasks.add.get_backend()
+    real = tasks.add.enqueue(1, 2)
+    with Queue(db_path(), "default") as q:
+        plain = [q.put({"x": 1}), q.put("text"), q.put([1, 2]), q.put({"task": "a.b"})]
+    arabic = "".join(chr(0x0660 + int(c)) for c in real.id)
+    bad: list[Any] = [str(job) for job in plain]
+    bad += ["9" * 30, str(2**63), str(2**64), f" {real.id} ", arabic, f"+{real.id}"]
+    bad += [f"0{real.id}", f"{real.id}\n", f"{real.id}.0", "", "0", "-1", "nope", int(real.id)]
+    bad += [None, 1.0, b"1", [real.id]]
+    for result_id in bad:
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(result_id)
+        with pytest.raises(TaskResultDoesNotExist):
+            asyncio.run(backend.aget_result(result_id))
+    assert backend.get_result(real.id).id == real.id
+    assert asyncio.run(backend.aget_result(real.id)).args == [1, 2]
+    # A worker of the tasks' queue fails the plain jobs, saying what they are.
+    stats = run_burst()
+    assert (stats["processed"], stats["acked"], stats["failed"]) == (5, 1, 4)
+    with connection.cursor() as cur:
+        cur.execute("SELECT errors FROM litegate_task_results WHERE job_id = %s", [plain[0]])
+        (errors,) = cur.fetchone()
+    assert "ImproperlyConfigured" in errors
+    assert f"job {plain[0]} in queue 'default' was not enqueued by a tasks backend" in errors
+
+
+def test_a_rolled_back_first_enqueue_leaves_results_readable() -> None:
+    """The first enqueue() of the process creates the results table inside
+    the caller's transaction; when that rolls back, the table goes with it,
+    so the backend must not remember it as made. It did: get_result() of
+    every later task raised TaskResultDoesNotExist until a worker started."""
+    backend = tasks.add.get_backend()
+
+    def rolled_back() -> None:
+        with transaction.atomic():
+            tasks.add.enqueue(0, 0)
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        rolled_back()
+    real = tasks.add.enqueue(2, 2)
+    fetched = tasks.add.get_result(real.id)
+    assert (fetched.status, fetched.args) == (TaskResultStatus.READY, [2, 2])
+    assert len(backend._ready) == 1  # made, committed, remembered
+    drop_tables()
+    # inside an outer block that commits, an inner one (a savepoint) that rolls back
+    with transaction.atomic():
+        with pytest.raises(RuntimeError):
+            rolled_back()
+        kept = tasks.add.enqueue(3, 3)
+        assert backend._ready == set()  # not before the commit
+    assert tasks.add.get_result(kept.id).args == [3, 3]
+    run_burst()
+    kept.refresh()
+    assert (kept.status, kept.return_value) == (TaskResultStatus.SUCCESSFUL, 6)
+
+
 def _worker(*args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
@@ -266,3 +366,59 @@ def test_bad_options_say_what_to_do() -> None:
         TaskBackend("x", {"OPTIONS": {"max_attempts": 0}})
     messages = list(TaskBackend("x", {"OPTIONS": {"database": "nope"}}).check())
     assert [m.id for m in messages] == ["litegate.E001"]
+
+
+def test_odd_backend_settings_and_arguments_are_typed_errors() -> None:
+    """Found by the misuse suite: QUEUES=5 raised TypeError in Django's
+    base class, QUEUES="default" became the queues d, e, f, a, u, l, t;
+    OPTIONS=None AttributeError; OPTIONS["database"]=[] TypeError from
+    check(); a database alias not in DATABASES ConnectionDoesNotExist at
+    enqueue(); arguments JSON cannot hold TypeError / ValueError /
+    RecursionError from Django's normalize_json. Now SettingsError
+    (Django's ImproperlyConfigured and litegate.ConfigError) and
+    PayloadError (a TypeError and litegate.Error), nothing stored."""
+    from litegate.django import SettingsError
+    from litegate.queue import PayloadError
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"QUEUES": 5}, "['QUEUES'] must be a list of queue names"),
+        ({"QUEUES": "default"}, "['QUEUES'] must be a list of queue names"),
+        ({"QUEUES": ["default", ""]}, "must hold queue names (non-empty strings)"),
+        ({"OPTIONS": None}, "['OPTIONS'] must be a dict"),
+        ({"OPTIONS": {"database": []}}, "['database'] must be the alias of a litegate.django"),
+        ({"OPTIONS": {5: 1, "retries": 3}}, "unknown option(s) 'retries', 5;"),
+    ]
+    for params, message in cases:
+        with pytest.raises(SettingsError) as info:
+            TaskBackend("x", params)
+        assert message in str(info.value), str(info.value)
+    elsewhere = TaskBackend("x", {"OPTIONS": {"database": "nope"}})
+    with pytest.raises(SettingsError, match=r"'nope', which is not in DATABASES \(\['default',"):
+        elsewhere.enqueue(tasks.add, [1, 2], {})
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    for odd in (object(), {1, 2}, b"\xff", deep, float("nan")):
+        with pytest.raises(PayloadError, match="JSON-serialisable"):
+            tasks.add.enqueue(odd, 1)
+    with Queue(db_path(), "default") as q:
+        assert q.counts()["ready"] == 0  # nothing stored
+
+
+def test_results_of_edge_run_afters_and_of_a_backend_gone_from_tasks() -> None:
+    """run_after=datetime.max is stored as epoch seconds a hair past what a
+    datetime holds: get_result() raised ValueError ("year 10000 is out of
+    range"). A task enqueued by a TASKS alias since removed from the
+    settings could not be read back through the alias that shares its
+    file (InvalidTaskBackendError); it is now read through that one."""
+    from datetime import datetime, timezone
+
+    far = tasks.add.using(run_after=datetime.max.replace(tzinfo=timezone.utc)).enqueue(1, 1)
+    back = tasks.add.get_result(far.id)
+    assert back.task.run_after == datetime.max.replace(tzinfo=timezone.utc)
+    with Queue(db_path(), "default") as q:  # as the removed alias "gone" stored it
+        put = q.put(
+            {"task": tasks.add.module_path, "args": [2, 2], "kwargs": {}, "backend": "gone"}
+        )
+    found = tasks.add.get_result(str(put))
+    assert (found.args, found.backend, found.task.backend) == ([2, 2], "gone", "default")

@@ -8,7 +8,7 @@ from typing import Any
 try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
@@ -17,6 +17,7 @@ except ImportError:  # Django < 6: the backport
     try:
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
@@ -34,6 +35,7 @@ Base: Any = BaseTaskBackend
 __all__ = [
     "API",
     "Base",
+    "InvalidTask",
     "Task",
     "TaskContext",
     "TaskError",

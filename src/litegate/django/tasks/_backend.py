@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +19,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.utils.module_loading import import_string
 
-from ...queue import put_on
+from ...queue import PayloadError, put_on
 from .. import base as litegate_base
+from ..base import SettingsError
 from . import _store
 from ._api import (
     Base,
@@ -63,22 +65,43 @@ class TaskBackend(Base):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        where = f"TASKS[{alias!r}]"
+        queues = params.get("QUEUES", ["default"])
+        if isinstance(queues, (str, bytes)) or not isinstance(queues, (list, tuple, set)):
+            raise SettingsError(
+                f"{where}['QUEUES'] must be a list of queue names, e.g. ['default', 'emails'], "
+                f"got {queues!r}"
+            )
+        if not all(isinstance(q, str) and q for q in queues):
+            raise SettingsError(
+                f"{where}['QUEUES'] must hold queue names (non-empty strings), got {queues!r}"
+            )
+        if not isinstance(params.get("OPTIONS", {}), dict):
+            raise SettingsError(
+                f"{where}['OPTIONS'] must be a dict, e.g. {{'database': 'default'}}, got "
+                f"{params['OPTIONS']!r}"
+            )
         super().__init__(alias, params)
         options = dict(self.options)
         self.database: str = options.pop("database", "default")
         self.max_attempts = options.pop("max_attempts", 3)
         if options:
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {sorted(options)}; "
-                "litegate's tasks backend takes 'database' and 'max_attempts'"
+            raise SettingsError(
+                f"{where}['OPTIONS']: unknown option(s) {', '.join(sorted(map(repr, options)))}; "
+                "litegate's tasks backend takes 'database' and 'max_attempts': remove the others"
+            )
+        if not isinstance(self.database, str):
+            raise SettingsError(
+                f"{where}['OPTIONS']['database'] must be the alias of a litegate.django "
+                f"database in DATABASES (a str), got {self.database!r}"
             )
         if (
             isinstance(self.max_attempts, bool)
             or not isinstance(self.max_attempts, int)
             or self.max_attempts < 1
         ):
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']['max_attempts'] must be a whole number >= 1, "
+            raise SettingsError(
+                f"{where}['OPTIONS']['max_attempts'] must be a whole number >= 1, "
                 f"got {self.max_attempts!r}"
             )
         self._ready: set[tuple[str, str]] = set()  # (alias, file) with the tables made
@@ -107,8 +130,15 @@ class TaskBackend(Base):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
         now = time.time()
-        args = normalize_json(list(args))
-        kwargs = normalize_json(dict(kwargs))
+        try:
+            args = normalize_json(list(args))
+            kwargs = normalize_json(dict(kwargs))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise PayloadError(
+                f"a task's arguments must be JSON-serialisable ({type(exc).__name__}: {exc}); "
+                "nothing was stored. Pass dicts, lists, strings, numbers, booleans or None "
+                "(encode other values yourself, e.g. as strings)"
+            ) from None
         run_after = task.run_after
         delay = 0.0 if run_after is None else max(0.0, run_after.timestamp() - now)
         payload = {
@@ -157,10 +187,12 @@ class TaskBackend(Base):
 
     # -- results ----------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:
-        try:
-            jid = int(result_id)
-        except (TypeError, ValueError):
-            raise TaskResultDoesNotExist(result_id) from None
+        """The result of the task whose id ``enqueue()`` returned; anything
+        else (another spelling of that id, a plain queue job's id) is
+        ``TaskResultDoesNotExist``. ``aget_result()`` runs this."""
+        jid = _job_id(result_id)
+        if jid is None:
+            raise TaskResultDoesNotExist(result_id)
         wrapper = self._wrapper()
         try:
             with wrapper.cursor() as cur:
@@ -170,15 +202,22 @@ class TaskBackend(Base):
             if "no such table" in str(exc):  # nothing was ever enqueued in this file
                 raise TaskResultDoesNotExist(result_id) from None
             raise
-        if row is None:
+        payload = None if row is None else _decoded(row[1])
+        if payload is None or not is_task_payload(payload):
             raise TaskResultDoesNotExist(result_id)
-        return result_from_row(row, result_id, self.alias)
+        return result_from_row(row, payload, result_id, self.alias)
 
     # -- plumbing -----------------------------------------------------------------
     def _wrapper(self) -> Any:
+        if self.database not in settings.DATABASES:
+            raise SettingsError(
+                f"TASKS[{self.alias!r}]['OPTIONS']['database'] is {self.database!r}, which is "
+                f"not in DATABASES ({sorted(settings.DATABASES)}); set it to a litegate.django "
+                "database's alias"
+            )
         wrapper = connections[self.database]
         if not isinstance(wrapper, litegate_base.DatabaseWrapper):
-            raise ImproperlyConfigured(
+            raise SettingsError(
                 f"TASKS[{self.alias!r}] needs database {self.database!r} to use ENGINE "
                 f"'litegate.django', not {wrapper.settings_dict['ENGINE']!r}"
             )
@@ -188,9 +227,52 @@ class TaskBackend(Base):
         key = (self.database, os.path.abspath(str(settings.DATABASES[self.database]["NAME"])))
         if key in self._ready:
             return
-        _store.create(raw)  # IF NOT EXISTS, in the caller's transaction
+        # IF NOT EXISTS, in the caller's transaction: made here, not in a
+        # transaction of our own, because the caller's may hold the file's
+        # one write lock (a second connection would wait for it forever).
+        # So the table exists only once that transaction commits, and is
+        # remembered only then: a rollback takes it away again.
+        _store.create(raw)
+        transaction.on_commit(partial(self._made, key), using=self.database)
+
+    def _made(self, key: tuple[str, str]) -> None:
         with self._ready_lock:
             self._ready.add(key)
+
+
+_MAX_ID = 2**63 - 1  # SQLite's largest rowid
+
+
+def _job_id(result_id: object) -> int | None:
+    """The job id that ``result_id`` is, spelled exactly as ``enqueue()``
+    spells ids (``str(id)``: ASCII digits, no sign, space or leading zero),
+    or None. ``int()`` alone would take " 1 ", "+1", "01" and other scripts'
+    digits for job 1."""
+    if not isinstance(result_id, str) or not (result_id.isascii() and result_id.isdigit()):
+        return None
+    jid = int(result_id)
+    if not 1 <= jid <= _MAX_ID or str(jid) != result_id:
+        return None
+    return jid
+
+
+def _decoded(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # not a task's: enqueue() stores plain JSON
+
+
+def is_task_payload(payload: Any) -> bool:
+    """Whether a job's payload is a task's, as ``enqueue()`` stores it (a
+    plain ``litegate.queue`` job can share the file and the queue name)."""
+    return (
+        isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("args"), list)
+        and isinstance(payload.get("kwargs"), dict)
+        and isinstance(payload.get("backend"), str)
+    )
 
 
 def _when(ts: float | None) -> datetime | None:
@@ -198,14 +280,20 @@ def _when(ts: float | None) -> datetime | None:
     local time."""
     if ts is None:
         return None
-    if settings.USE_TZ:
-        return datetime.fromtimestamp(ts, tz=timezone.utc)
-    return datetime.fromtimestamp(ts)
+    try:
+        if settings.USE_TZ:
+            return datetime.fromtimestamp(ts, tz=timezone.utc)
+        return datetime.fromtimestamp(ts)
+    except (OverflowError, ValueError, OSError):
+        # Past what datetime holds: run_after=datetime.max, stored as epoch
+        # seconds, comes back a hair beyond it.
+        edge = datetime.max if ts > 0 else datetime.min
+        return edge.replace(tzinfo=timezone.utc) if settings.USE_TZ else edge
 
 
-def result_from_row(row: Any, result_id: str, alias: str) -> Any:
-    """A TaskResult from a row of ``_store.SELECT``."""
-    state, body, created_at, last_error, queue = row[:5]
+def result_from_row(row: Any, payload: dict[str, Any], result_id: str, alias: str) -> Any:
+    """A TaskResult from a row of ``_store.SELECT`` and its decoded payload."""
+    state, _body, created_at, last_error, queue = row[:5]
     r_status, r_value, r_errors, r_workers, started, attempted, finished = row[5:]
     errors = _store.errors_of(r_errors)
     if state in _QUEUE_STATES:
@@ -217,7 +305,7 @@ def result_from_row(row: Any, result_id: str, alias: str) -> Any:
         if r_status in (None, "RUNNING"):
             errors.append((_store.WORKER_LOST, last_error or "no attempts left"))
     result = build_result(
-        json.loads(body),
+        payload,
         result_id,
         queue,
         alias,
@@ -283,4 +371,11 @@ def _task(payload: dict[str, Any], queue: str, alias: str) -> Any:
     }
     if run_after is not None and math.isfinite(run_after):
         changes["run_after"] = _when(run_after)
-    return task.using(**changes)
+    try:
+        return task.using(**changes)
+    except ImproperlyConfigured:
+        if changes["backend"] == alias:
+            raise
+        # The backend that enqueued it is no longer in TASKS: the result is
+        # read (and the task run) through this one, which shares its file.
+        return task.using(**{**changes, "backend": alias})

@@ -13,12 +13,13 @@ import traceback
 from functools import partial
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
 from ...queue import Job, Queue, Worker
 from . import _store
 from ._api import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
-from ._backend import TaskBackend, build_result
+from ._backend import TaskBackend, build_result, is_task_payload
 
 
 def backend_for(alias: str) -> TaskBackend:
@@ -107,9 +108,12 @@ class _Runner:
             else:
                 value = task.call(*result.args, **result.kwargs)
             text = json.dumps(normalize_json(value))
-        except (KeyboardInterrupt, SystemExit):
-            raise
         except BaseException as exc:
+            # SystemExit and KeyboardInterrupt too: a task runs in one of the
+            # worker's threads, so they are the task's own (sys.exit() in its
+            # code), never a stop of the worker (signals reach the main
+            # thread). Re-raised, the queue would retry the task and the
+            # result would say its worker was lost.
             outcome: _store.Outcome = (
                 "FAILED",
                 None,
@@ -126,6 +130,12 @@ class _Runner:
 
     def _result(self, job: Job) -> Any:
         """The TaskResult as the task sees it (RUNNING), without a read."""
+        if not is_task_payload(job.payload):
+            raise ImproperlyConfigured(
+                f"job {job.id} in queue {job.queue!r} was not enqueued by a tasks backend (its "
+                "payload is not a task's); put jobs for plain litegate.queue handlers in a queue "
+                "no TASKS backend uses"
+            )
         return build_result(
             job.payload,
             str(job.id),

@@ -50,3 +50,31 @@ def wait_for(path: str) -> str:
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.01)
     return path
+
+
+@task()
+def exits(code: int) -> None:
+    """Raises SystemExit in the worker's thread (sys.exit in a task)."""
+    import sys
+
+    sys.exit(code)
+
+
+@task()
+def interrupts() -> None:
+    """Raises KeyboardInterrupt in the worker's thread."""
+    raise KeyboardInterrupt("from the task")
+
+
+@task()
+async def aexits() -> None:
+    """An async task's sys.exit()."""
+    import sys
+
+    sys.exit("async exit")
+
+
+@task()
+def echo(*args: Any, **kwargs: Any) -> list[Any]:
+    """Takes anything: the misuse suite's enqueue() arguments."""
+    return [list(args), kwargs]
