@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
@@ -232,11 +232,13 @@ class Database:
         busy: tuple[str, BusyStrategy],
         fair: Fairness = True,
         checkpoints: bool = True,
+        litestream: bool = False,
     ) -> None:
         self.path = path
         self.fair = fair
         self.budget = budget_of(fair)
         self.checkpoints = checkpoints
+        self._litestream = litestream  # checkpoints="litestream"
         # With litegate's checkpointer, the profile's wal_autocheckpoint (in
         # pages) becomes the number of commits between background checkpoints,
         # and SQLite's own auto-checkpoint (on the commit path) is turned off.
@@ -280,6 +282,7 @@ class Database:
                     state.checkpointer = state.filegate.checkpointer(
                         every_commits=self._checkpoint_every,
                         restart_frames=4 * self._checkpoint_every,
+                        litestream=self._litestream,
                     )
             return self._state
 
@@ -446,6 +449,13 @@ class Database:
         finally:
             conn.guard.own = False
             self._end(state, conn, commit=False)
+
+    def _checkpoint_turn(self, timeout: float | None) -> AbstractContextManager[bool]:
+        """litegate's checkpoint lock (its checkpoints run one at a time,
+        across processes), for maintenance that checkpoints; taken before
+        the gate. Yields False if ``timeout`` (None: the default) ran out."""
+        limit = self.timeout if timeout is None else timeout
+        return self._process_state().filegate.checkpoint_turn(limit)
 
     def _after_gate(
         self,
@@ -1146,7 +1156,7 @@ def connect(
     pragmas: Mapping[str, PragmaValue | None] | None = None,
     busy: str | BusyStrategy = "constant",
     fair: Fairness = True,
-    checkpoints: bool = True,
+    checkpoints: bool | str = True,
 ) -> Database:
     """Open (or create) the SQLite file at ``path`` for fair concurrent use.
 
@@ -1166,9 +1176,11 @@ def connect(
       ``"strict"``: strict FIFO with direct hand-off for every transaction.
       False: unbounded barging. The reader pool is strict FIFO unless
       ``fair=False``.
-    - ``checkpoints``: run WAL checkpoints on a background thread (the
-      default) instead of inside the COMMIT that crosses SQLite's
-      auto-checkpoint threshold.
+    - ``checkpoints``: run WAL checkpoints on a background thread, one per
+      file across processes (the default) instead of inside the COMMIT that
+      crosses SQLite's auto-checkpoint threshold; ``"litestream"``: the
+      same, for a file that Litestream replicates (litegate never restarts
+      the log, which is Litestream's to do).
     """
     raw = os.fspath(path)
     if not isinstance(raw, str):
@@ -1179,6 +1191,9 @@ def connect(
             "filesystem path (a temporary file works for tests)"
         )
     readers = _positive("readers", readers, integer=True)
+    litestream = checkpoints == "litestream"
+    if isinstance(checkpoints, str) and not litestream:
+        raise ConfigError(f'checkpoints must be True, False or "litestream", got {checkpoints!r}')
     budget_of(fair)  # a bad policy fails here, before anything is opened
     resolved = _profiles.resolve(profile, pragmas)
     busy_fn = get_strategy(busy)
@@ -1205,4 +1220,5 @@ def connect(
         busy=busy_fn,
         fair=fair,
         checkpoints=bool(checkpoints),
+        litestream=litestream,
     )
