@@ -55,12 +55,13 @@ A round:
   frames and about as long as the longest read, is the price writers pay for
   a WAL that stays bounded while readers never stop (SQLite's "checkpoint
   starvation" otherwise lets it grow without limit);
-- fewer turns while a reader outlasts them: once a turn has given up with
-  the patience at its cap, the next one waits HOLD_OFF seconds (doubling
-  after each such turn, up to HOLD_OFF_MAX), or until a PASSIVE round
-  copies past the frame it stopped at (that reader has ended), instead of
-  stopping every writer for the whole patience once a round against a
-  reader that will not end (a report, a backup, Litestream);
+- fewer turns while a reader outlasts them: once two turns in a row have
+  given up with the patience at its cap, the next one waits HOLD_OFF
+  seconds (doubling after each such turn, up to HOLD_OFF_MAX), or until a
+  PASSIVE round copies past the frame it stopped at (that reader has
+  ended), instead of stopping every writer for the whole patience once a
+  round against a reader that will not end (a report, a backup,
+  Litestream);
 - under Litestream (``checkpoints="litestream"``, or its tables or
   ``.<name>-litestream`` folder on the file) no turn at all: restarting the
   log is Litestream's to do (a restart it did not make costs it a new
@@ -222,8 +223,8 @@ class Checkpointer:
     RESTART_PATIENCE_MAX = 0.100  # the most it grows to after failed rounds
     PRE_ROUNDS = 4  # ungated PASSIVE rounds before a gated turn, at most
     GATED_FRAMES = 64  # ... until no more than this is left to copy under the gate
-    HOLD_OFF = 0.5  # no turn for this long after one gave up at the patience's cap...
-    HOLD_OFF_MAX = 8.0  # ... doubling after each such turn, up to this
+    HOLD_OFF = 0.25  # no turn for this long after two in a row gave up at the cap...
+    HOLD_OFF_MAX = 4.0  # ... doubling after each further one, up to this
     LOCK_SECONDS = 1.0  # the longest a round waits for another checkpoint to end
     LITESTREAM_LOOK_SECONDS = 5.0  # how often the seated checkpointer looks for Litestream
 
@@ -259,6 +260,7 @@ class Checkpointer:
         self.patience = self.RESTART_PATIENCE
         self._pinned_at: tuple[int, int] | None = None  # (copied, log) a turn gave up at
         self._hold_off = 0.0  # current hold-off after turns that gave up at the cap
+        self._capped = 0  # turns in a row that gave up at the cap
         self._hold_until = 0.0  # no turn before this (monotonic), unless the reader ended
         self.litestream_asked = False  # this process's Databases ask for Litestream mode
         self.litestream = False  # in force (asked here or elsewhere, or detected)
@@ -461,6 +463,8 @@ class Checkpointer:
         if int(row[0]) != 0:
             self.restart_skipped += 1
             if self.patience >= self.RESTART_PATIENCE_MAX:  # it gave up at the cap
+                self._capped += 1
+            if self._capped >= 2:
                 self._hold_off = min(2 * self._hold_off or self.HOLD_OFF, self.HOLD_OFF_MAX)
                 self._hold_until = time.monotonic() + self._hold_off
                 self._pinned_at = (int(row[2]), int(row[1]))
@@ -468,6 +472,7 @@ class Checkpointer:
         else:
             self.patience = self.RESTART_PATIENCE
             self._hold_off = 0.0
+            self._capped = 0
 
     def _litestream_mode(self) -> bool:
         """Litestream mode: asked for by a Database of this process or of

@@ -220,6 +220,12 @@ def is_seat_lock(offset: int) -> bool:
     return offset == _CKPT_SEAT
 
 
+def seat_lock_offset() -> int:
+    """Where the file's background checkpointer holds its lock (to ask the
+    kernel whether one is seated)."""
+    return _CKPT_SEAT
+
+
 def is_checkpoint_lock(offset: int) -> bool:
     """True for the lock held while one of litegate's checkpoints runs."""
     return offset == _CKPT_RUN
