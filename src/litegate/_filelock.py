@@ -220,6 +220,11 @@ def is_seat_lock(offset: int) -> bool:
     return offset == _CKPT_SEAT
 
 
+def litestream_lock_offset() -> int:
+    """The byte a process with ``checkpoints="litestream"`` read-locks."""
+    return _LITESTREAM
+
+
 def seat_lock_offset() -> int:
     """Where the file's background checkpointer holds its lock (to ask the
     kernel whether one is seated)."""

@@ -26,6 +26,7 @@ from .._filelock import (
     _TICKET_LIMIT,
     is_gate_lock,
     is_seat_lock,
+    litestream_lock_offset,
     read_counters,
     read_queue,
     seat_lock_offset,
@@ -339,6 +340,45 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
     for t in found:
         (snap.waiting if t.alive else snap.dead).append(t)
     return snap
+
+
+def litestream_asked(path: str) -> bool:
+    """Whether a process has the database open with
+    ``checkpoints="litestream"`` (it read-locks a byte of the sidecar)."""
+    try:
+        fd = os.open(path + SIDECAR, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _locked(fd, litestream_lock_offset())
+    finally:
+        os.close(fd)
+
+
+def mappers(path: str) -> list[int]:
+    """The pids of processes that map the database file itself into memory
+    (``mmap_size`` > 0: SQLite reads its pages through the mapping), from
+    /proc/<pid>/maps (processes this user may look at)."""
+    try:
+        st = os.stat(path)
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) >= 5 and parts[4] == str(st.st_ino) and parts[3] == dev:
+                        found.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def checkpointer_pid(path: str) -> int | None:
