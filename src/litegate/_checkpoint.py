@@ -397,6 +397,8 @@ class Checkpointer:
                     self._view = WalIndexView.open(self.path + "-shm")
                 seen = self._view.state() if self._view is not None else None
                 if seen is None:
+                    if not os.path.exists(self.path + "-wal"):
+                        return None  # not in WAL mode: nothing to checkpoint
                     return self._gated_passive(conn)
                 copied, log = seen
                 if copied >= log:  # all copied (or empty): nothing to do

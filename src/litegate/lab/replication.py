@@ -79,6 +79,7 @@ class Config:
     litestream: str = ""
     checkpoints: str = "auto"  # litegate's side: "auto" (it finds Litestream), or "litestream"
     src: str = ""  # where the writers import litegate from (default: this one's)
+    kinds: tuple[str, ...] = LITEGATE_WRITERS  # litegate's writers, in turn
     reader: bool = True  # also the phase with a long read transaction, no Litestream
 
 
@@ -97,6 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="import litegate from DIR in the writers (another checkout's src, for an A/B)",
     )  # fmt: skip
     p.add_argument(
+        "--kinds", default=",".join(LITEGATE_WRITERS),
+        help="litegate's writers, in turn (default: core,queue,django)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-reader", action="store_true",
         help="skip the phase with a long read transaction in another process",
     )  # fmt: skip
@@ -112,6 +117,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
         raise ValueError(f"unknown side(s) {unknown}; pick from {', '.join(SIDES)}")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or any(k not in LITEGATE_WRITERS for k in kinds):
+        raise ValueError(f"--kinds: pick from {', '.join(LITEGATE_WRITERS)}, got {args.kinds!r}")
     binary = find_litestream(args.litestream)
     if binary is None:
         raise ValueError(
@@ -126,6 +134,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         litestream=binary,
         checkpoints=args.checkpoints,
         src=args.src,
+        kinds=kinds,
         reader=not args.no_reader,
     )
 
@@ -228,10 +237,10 @@ def _spawn(cfg: Config, kind: str, w: int, path: str, acks: str, until: float) -
     return subprocess.Popen([sys.executable, "-c", _WRITER, *args], env=env)
 
 
-def _kinds(side: str, writers: int) -> list[str]:
+def _kinds(side: str, writers: int, kinds: tuple[str, ...] = LITEGATE_WRITERS) -> list[str]:
     if side == "sqlite3":
         return ["sqlite3"] * writers
-    return [LITEGATE_WRITERS[i % len(LITEGATE_WRITERS)] for i in range(writers)]
+    return [kinds[i % len(kinds)] for i in range(writers)]
 
 
 def _fresh(path: str, side: str, cfg: Config) -> None:
@@ -255,7 +264,7 @@ def _write(
 ) -> dict[str, Any]:
     """Run the side's writers for cfg.seconds; the acknowledged writes and rate.
     ``reader``: also a process holding one read transaction all along."""
-    kinds = _kinds(side, cfg.writers)
+    kinds = _kinds(side, cfg.writers, cfg.kinds)
     start = time.monotonic() + 1.5  # (new interpreters take a moment to start)
     until = start + cfg.seconds
     procs = []

@@ -45,7 +45,7 @@ def test_a_short_replication_run_restores_every_acknowledged_write() -> None:
 def test_a_missing_litestream_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     args = argparse.Namespace(
         sides="litegate", writers=1, seconds=1.0, litestream="/nonexistent/litestream",
-        quick=True, runs=1, checkpoints="auto", src="", no_reader=False,
+        quick=True, runs=1, checkpoints="auto", src="", no_reader=False, kinds="core",
     )  # fmt: skip
     with pytest.raises(ValueError, match="make litestream"):
         replication.config_from_args(args)
