@@ -9,11 +9,12 @@ every connection and runs checkpoints on a background thread instead.
 starts a :class:`Checkpointer` thread, but only the one holding the file's
 seat (an OFD lock in the sidecar, :class:`~litegate._filelock.CheckpointSeat`)
 checkpoints; the others look at the seat every ``LOOK_SECONDS`` and one of
-them takes it when its holder closes the file or dies. Every commit through
-litegate, in any process, bumps a counter in the sidecar; the seated
-checkpointer sleeps on it (a futex) and runs a round after every
-``every_commits`` commits (the profile's ``wal_autocheckpoint``), or one
-second after a commit if fewer came.
+them takes it when its holder closes the file or dies. Each process counts
+its own commits through litegate (an integer, as cheap as it was) and rings
+a doorbell in the sidecar (a futex word) every ``every_commits`` of them (the
+profile's ``wal_autocheckpoint``); the seated checkpointer sleeps on it and
+runs a round when it rings, and at least once a second, when the WAL index
+shows committed frames it has not copied (any process's, litegate's or not).
 
 **No checkpoint of litegate's meets a commit that resets the WAL** (SQLite's
 "WAL-reset bug", 3.7.0 through 3.51.2: a checkpoint that starts on a fully
@@ -272,14 +273,16 @@ class Checkpointer:
         self.events: deque[tuple[str, float, float]] = deque(maxlen=10_000)
         self.errors = 0
         self.last: tuple[int, int, int] | None = None  # (busy, log frames, copied)
-        self._last_commits = 0
-        self._first_new: float | None = None
+        self._commits = 0  # this process's, since it last rang; bumped by the writer only
         self._thread = threading.Thread(target=self._run, name="litegate-checkpointer", daemon=True)
         self._thread.start()
 
     def committed(self) -> None:
         """Called by the writer after each COMMIT: cheap, never blocks."""
-        self.seat.committed(self.every_commits)
+        self._commits += 1
+        if self._commits >= self.every_commits:
+            self._commits = 0
+            self.seat.ring()  # (the seated checkpointer, in whatever process)
 
     # -- the thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -311,31 +314,13 @@ class Checkpointer:
             return
         self.elections += 1
         self.seated_since = time.monotonic()
-        # It does not know what its predecessor copied: commits so far count
-        # as one new one (a round within IDLE_WAKE_SECONDS, or sooner if more come).
-        now = self.seat.commits()
-        self._last_commits = (now - 1) & _MASK if now else 0
-        self._first_new = None
+        # (its first round comes within IDLE_WAKE_SECONDS, or at the next ring)
 
     def _serve(self) -> None:
-        """Seated: wait for commits, then checkpoint."""
+        """Seated: sleep until the doorbell rings or a second has passed,
+        then a round (which copies what the WAL index shows uncopied)."""
         seat = self.seat
-        bell = seat.bell()
-        n = seat.commits()
-        new = (n - self._last_commits) & _MASK
-        now = time.monotonic()
-        if new == 0:
-            self._first_new = None
-            seat.wait_bell(bell, self.IDLE_WAKE_SECONDS)
-            return
-        if self._first_new is None:
-            self._first_new = now
-        waited = now - self._first_new
-        if new < self.every_commits and waited < self.IDLE_WAKE_SECONDS:
-            seat.wait_bell(bell, self.IDLE_WAKE_SECONDS - waited)
-            return
-        self._last_commits = n
-        self._first_new = None
+        seat.wait_bell(seat.bell(), self.IDLE_WAKE_SECONDS)
         self._round()
 
     def _round(self) -> None:

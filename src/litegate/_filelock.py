@@ -70,8 +70,7 @@ _H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ra
 _H_BARGES = 56  # u64: grants taken past a waiting head
 # The file's background checkpointer (one per file across processes):
 _H_CKPT_PID = 64  # u64: pid of the process whose checkpointer holds the seat (0: none)
-_H_COMMITS = 72  # u32: commits through litegate (wrapping)
-_H_CKPT_BELL = 76  # u32: bumped every few commits: the futex word the checkpointer sleeps on
+_H_CKPT_BELL = 76  # u32: rung every few commits: the futex word the checkpointer sleeps on
 _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
 _SLOT_SIZE = _SLOT.size
 _SIZE = _HEADER + SLOTS * _SLOT_SIZE
@@ -183,8 +182,8 @@ def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
 def read_counters(path: str) -> dict[str, int] | None:
     """The gate's shared counters (grants, hand-offs, barges, the pid of a
     process keeping the gate while idle, the pid last seated as the file's
-    checkpointer and the commit counter), read without taking part; None if
-    not a litegate lock file. The checkpointer's pid is a hint: whether a
+    checkpointer), read without taking part; None if not a litegate lock
+    file. The checkpointer's pid is a hint: whether a
     checkpointer holds the seat now is the kernel's (see :func:`is_seat_lock`)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -200,7 +199,6 @@ def read_counters(path: str) -> dict[str, int] | None:
         "barges": _U64.unpack_from(head, _H_BARGES)[0],
         "idle_holder_pid": _U64.unpack_from(head, _H_IDLE)[0],
         "checkpointer_pid": _U64.unpack_from(head, _H_CKPT_PID)[0],
-        "commits": struct.unpack_from("<I", head, _H_COMMITS)[0],
     }
 
 
@@ -830,13 +828,11 @@ class CheckpointSeat:
       process dies, and another process's checkpointer, looking every
       ``LOOK_SECONDS``, takes it. The holder writes its pid into the table
       (a hint for ``stats()``, ``top`` and ``doctor``: the lock decides).
-    - The commit counter, a u32 word of the table that every commit through
-      litegate bumps, and the doorbell beside it: a commit that brings the
-      counter to a multiple of the committer's ``every`` bumps the doorbell
-      and wakes the seated checkpointer, which sleeps on it (a futex). Both
-      are written by committers, which hold the gate (one at a time); a
-      rare lost bump only delays a round until the next one or the next
-      second.
+    - The doorbell, a u32 word of the table that the seated checkpointer
+      sleeps on (a futex): each process rings it (bumps it and wakes the
+      sleeper) every ``every`` of its commits. Written by committers of any
+      process: a bump lost to another process's (no atomic add from Python)
+      still changes the word, and the wake-up is a system call of its own.
     - The checkpoint lock (``_CKPT_RUN``), held by whoever runs one of
       litegate's checkpoints: the seated checkpointer's rounds and
       ``db.checkpoint()`` / ``db.vacuum()`` of any process. Taken before the
@@ -849,7 +845,6 @@ class CheckpointSeat:
     """
 
     LOOK_SECONDS = 0.1  # how often a standby looks at the seat
-    _W_COMMITS = _H_COMMITS >> 2
     _W_BELL = _H_CKPT_BELL >> 2
     _W_PID = _H_CKPT_PID >> 3
 
@@ -893,20 +888,7 @@ class CheckpointSeat:
             return 0
         return int(self._pids[self._W_PID])
 
-    # -- commits ----------------------------------------------------------------
-    def committed(self, every: int) -> None:
-        """A commit went through litegate: bump the counter, and every
-        ``every`` commits ring the checkpointer's doorbell."""
-        h = self._halves
-        i = self._W_COMMITS
-        n = (h[i] + 1) & 0xFFFFFFFF
-        h[i] = n
-        if n % every == 0:
-            self.ring()
-
-    def commits(self) -> int:
-        return int(self._halves[self._W_COMMITS])
-
+    # -- the doorbell -------------------------------------------------------------
     def bell(self) -> int:
         return int(self._halves[self._W_BELL])
 

@@ -157,7 +157,7 @@ def test_one_checkpointer_per_file_per_process(
     b.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(10)])
     ckpt = a._process_state().checkpointer
     assert ckpt is not None
-    assert ckpt.seat.commits() == 2  # commits of both Databases count towards it
+    assert ckpt._commits == 2  # commits of both Databases count towards it
     a.close()
     assert checkpointer_threads() == before + 2  # b still uses the file
     b.close()
