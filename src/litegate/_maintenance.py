@@ -321,7 +321,7 @@ def vacuum(
     with db._checkpoint_turn(timeout) as ours:
         if not ours:
             raise _checkpoint_timeout("vacuum()", timeout)
-        with db._exclusive(_left(timeout, t1)) as conn:
+        with db._exclusive(_left("vacuum()", timeout, t1)) as conn:
             before = _pages(conn)
             conn.execute("VACUUM")
             after = _pages(conn)
@@ -352,7 +352,7 @@ def checkpoint(
     with db._checkpoint_turn(timeout) as ours:
         if not ours:
             raise _checkpoint_timeout("checkpoint()", timeout)
-        with db._exclusive(_left(timeout, t0)) as conn:
+        with db._exclusive(_left("checkpoint()", timeout, t0)) as conn:
             busy, frames, done = conn.execute(f"PRAGMA wal_checkpoint({name})").fetchone()
     return CheckpointResult(
         name, bool(busy), max(0, int(frames)), max(0, int(done)), _size(db.path + "-wal"),
@@ -360,11 +360,15 @@ def checkpoint(
     )  # fmt: skip
 
 
-def _left(timeout: float | None, t0: float) -> float | None:
-    """What is left of ``timeout`` (None: the database's default) since ``t0``."""
+def _left(what: str, timeout: float | None, t0: float) -> float | None:
+    """What is left of ``timeout`` (None: the database's default) since
+    ``t0``, once the checkpoint lock is held; WriteTimeout if nothing is."""
     if timeout is None:
         return None
-    return max(0.0, timeout - (time.monotonic() - t0))
+    left = timeout - (time.monotonic() - t0)
+    if left <= 0:  # the wait for the checkpoint lock took it all
+        raise _checkpoint_timeout(what, timeout)
+    return left
 
 
 def _checkpoint_timeout(what: str, timeout: float | None) -> WriteTimeout:

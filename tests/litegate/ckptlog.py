@@ -16,9 +16,9 @@ Lines, one per event, appended to ``<folder>/ckpt-<pid>.log``:
 - ``C pid thread t0 t1 salt0 salt1``: a commit (or any grant of the gate
   that ended in a restart of the log): the gate granted at ``t0``, the
   COMMIT done (or the gate released) at ``t1``; the WAL index's salts at
-  both ends. A write transaction restarts the log (wal.c,
-  ``walRestartLog``) when the salts differ; only grants whose salts differ
-  are logged (the grant log has the others).
+  both ends. A write transaction restarted the log (wal.c,
+  ``walRestartLog``) when they differ, somewhere in between; only grants
+  whose salts differ are logged (the grant log has the others).
 - ``B pid thread t0 salt0 kind`` then ``K pid thread t0 t1 salt0 salt1
   kind sql``: a checkpoint call began (logged first, so a process killed
   in the middle still left a trace) and ended.
@@ -277,11 +277,18 @@ def check(folder: str, kills: dict[int, tuple[int, int]], end_ns: int) -> CheckR
             # (for two-at-once: it held litegate's lock until it died, after `before`)
             calls.append(Interval(iv.pid, iv.thread, iv.t0, before, iv.salt0, "?", iv.kind, "?"))
     res.checkpoints = len(calls)
-    # 1. No checkpoint call ran while a commit restarted the log: a restart
-    # from salt a to salt b inside a checkpoint that began on salt a. (A
-    # checkpoint made inside the same grant, on the same thread, is that
-    # grant's own: a TRUNCATE restarts the log itself.)
+    # 1. No checkpoint call ran while a commit restarted the log: the restart
+    # from salt a to salt b of a commit whose interval overlaps the call's,
+    # the call having begun on salt a and ended on another (so the restart
+    # came between its two looks; a call cut short by a SIGKILL counts as
+    # ending on another). A commit's interval runs from its grant of the
+    # gate, so it may begin long before its restart: the salts say whether
+    # the restart fell inside the call. (A checkpoint made inside the same
+    # grant, on the same thread, is that grant's own: a TRUNCATE restarts
+    # the log itself.)
     for k in calls + cut:
+        if k.salt1 == k.salt0:
+            continue  # no restart between its start and its end
         for c in resets:
             if k.pid == c.pid and k.thread == c.thread and c.t0 <= k.t0 and k.t1 <= c.t1:
                 continue

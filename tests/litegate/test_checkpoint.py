@@ -438,3 +438,31 @@ def test_maintenance_waits_for_another_process_checkpoint(db_path: str) -> None:
         other.close()
     assert db.checkpoint("TRUNCATE", timeout=5).busy is False
     db.close()
+
+
+def test_a_checkpoint_whose_lock_wait_used_the_whole_timeout_is_a_write_timeout(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """db.checkpoint(timeout=T) and db.vacuum(timeout=T) wait for another
+    checkpoint of litegate's first; when that wait took all of T, what is
+    left for the gate is nothing: a WriteTimeout, not the ConfigError a
+    zero timeout is (found by the chaos soak)."""
+    from litegate._filelock import CheckpointSeat
+
+    db = litegate.connect(db_path)
+    db.execute("CREATE TABLE t(v)")
+    real = CheckpointSeat.lock_checkpoints
+
+    def slow(self: CheckpointSeat, timeout: float | None) -> bool:
+        got = real(self, timeout)
+        time.sleep(0.0 if timeout is None else timeout)  # got it at the very end
+        return got
+
+    monkeypatch.setattr(CheckpointSeat, "lock_checkpoints", slow)
+    with pytest.raises(litegate.WriteTimeout, match="one at a time"):
+        db.checkpoint("PASSIVE", timeout=0.05)
+    with pytest.raises(litegate.WriteTimeout, match="one at a time"):
+        db.vacuum(timeout=0.05)
+    monkeypatch.setattr(CheckpointSeat, "lock_checkpoints", real)
+    assert db.checkpoint("PASSIVE", timeout=5).busy is False
+    db.close()
