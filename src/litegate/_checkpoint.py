@@ -10,29 +10,32 @@ starts a :class:`Checkpointer` thread, but only the one holding the file's
 seat (an OFD lock in the sidecar, :class:`~litegate._filelock.CheckpointSeat`)
 checkpoints; the others look at the seat every ``LOOK_SECONDS`` and one of
 them takes it when its holder closes the file or dies. Each process counts
-its own commits through litegate (an integer, as cheap as it was) and rings
+its own commits through litegate (a plain integer) and rings
 a doorbell in the sidecar (a futex word) every ``every_commits`` of them (the
 profile's ``wal_autocheckpoint``); the seated checkpointer sleeps on it and
 runs a round when it rings, and at least once a second, when the WAL index
 shows committed frames it has not copied (any process's, litegate's or not).
 
-**No checkpoint of litegate's meets a commit that resets the WAL** (SQLite's
+**No checkpoint of litegate's runs while a commit restarts the WAL** (SQLite's
 "WAL-reset bug", 3.7.0 through 3.51.2: a checkpoint that starts on a fully
 copied log while a writer restarts the log can corrupt the database). A
 writer restarts the log only when its transaction began on a fully copied
-log and it can lock every WAL read-mark slot but slot 0, that is when no
-reader uses the log (wal.c, ``walRestartLog``). So every checkpoint call
-that runs without the write gate runs inside a read transaction of the
-checkpointer's own, begun just before on a second connection (the pin):
-either the pin holds a read-mark slot from 1 up, and no writer can restart
-the log until it ends; or it holds slot 0 (the log was fully copied or empty
-when it began), and then the checkpoint cannot copy anything, since copying
-needs slot 0 to itself and a PASSIVE checkpoint never waits for it. Every
-other checkpoint call (the RESTART turns below, ``db.checkpoint()``,
-``db.vacuum()``) holds the write gate: no litegate commit runs meanwhile.
-On a SQLite with the fix (3.51.3, 3.50.7, 3.44.6 and later) the pin is left
-out. litegate's checkpoints also run one at a time across processes (the
-sidecar's checkpoint lock).
+log (its read lock is slot 0) and it can lock every other WAL read-mark
+slot, that is when no reader uses the log (wal.c, ``walRestartLog``); only
+a checkpoint makes the log fully copied. So a checkpoint call without the
+write gate runs only (1) with litegate's checkpoint lock held (litegate's
+checkpoints run one at a time, across processes), (2) once the WAL index
+shows committed frames not yet copied: from then on no writer can restart
+the log until a checkpoint has copied them all, and by (1) the only one of
+litegate's that can is this call; and (3) inside a read transaction of the
+checkpointer's own on a second connection (the pin), begun after (2): it
+began on a log not fully copied, so it holds a slot from 1 up, and once the
+call has copied everything it keeps every writer from restarting the log
+until it ends, after the call. Every other checkpoint call (the RESTART
+turns below, ``db.checkpoint()``, ``db.vacuum()``) holds the write gate: no
+litegate commit runs meanwhile. On a SQLite with the fix (3.51.3, 3.50.7,
+3.44.6 and later) the pin is left out. The README's "How it works" quotes
+the source.
 
 A round:
 
@@ -146,7 +149,7 @@ class WalIndexView:
         the log, read in that order; None if the header was being written
         (SQLite's own test: its two copies agree and the checksum holds)."""
         backfilled = int(self._words[24])  # (one aligned load; SQLite stores it atomically)
-        for _ in range(3):
+        for _ in range(10):
             raw = ctypes.string_at(self._addr, 96)
             first, second = raw[:48], raw[48:]
             if first == second and raw[12] and _checksum_ok(self._HDR.unpack(first)):

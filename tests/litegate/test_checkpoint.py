@@ -337,7 +337,8 @@ def test_litestream_mode_asked_in_another_process(
         turns = ckpt.restart.count
         for i in range(2000):
             db.execute("INSERT INTO t(v) VALUES (?)", (i,))
-        wait_until(lambda: ckpt.passive.count >= 5, what="rounds")
+        rounds = ckpt.passive
+        wait_until(lambda: rounds.count + ckpt.idle_rounds + ckpt.gated_passive >= 5, what="rounds")
         s = db.stats()["checkpoints"]
         assert s["litestream"] is True
         assert ckpt.restart.count == turns
@@ -465,4 +466,27 @@ def test_a_checkpoint_whose_lock_wait_used_the_whole_timeout_is_a_write_timeout(
         db.vacuum(timeout=0.05)
     monkeypatch.setattr(CheckpointSeat, "lock_checkpoints", real)
     assert db.checkpoint("PASSIVE", timeout=5).busy is False
+    db.close()
+
+
+def test_on_a_sqlite_with_the_fix_the_rounds_run_without_the_read_transaction(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule relaxes on SQLite 3.51.3 / 3.50.7 / 3.44.6 and later: no
+    read transaction around the ungated PASSIVE (nor a connection for it).
+    Here the version check is made to say "fixed"."""
+    from litegate import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "wal_reset_fixed", lambda _v=None: True)
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
+    db.execute("CREATE TABLE t(v)")
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    assert ckpt.pin_needed is False
+    for i in range(200):
+        db.execute("INSERT INTO t VALUES (?)", (i,))
+    wait_until(lambda: ckpt.passive.count >= 2, what="PASSIVE rounds")
+    assert ckpt.pin is None
+    assert db.stats()["checkpoints"]["wal_reset_fixed"] is True
+    assert ckpt.errors == 0
     db.close()
