@@ -1,15 +1,46 @@
-"""Checkpoints off the commit path.
+"""Checkpoints off the commit path, by one checkpointer per database file.
 
 SQLite's own auto-checkpoint runs inside the COMMIT that crosses the
 threshold, so that one commit pays for copying the whole WAL back into the
 database (seed 002's 34 ms single-insert outlier). litegate turns it off on
-every connection and runs checkpoints on a background thread with its own
-connection instead:
+every connection and runs checkpoints on a background thread instead.
 
-- after every ``every_commits`` commits of this process (the profile's
-  ``wal_autocheckpoint``), or one second after a commit if fewer came, a
-  PASSIVE checkpoint: it copies what it can without blocking any reader or
-  writer;
+**One per file, across processes.** Every process that opens the file
+starts a :class:`Checkpointer` thread, but only the one holding the file's
+seat (an OFD lock in the sidecar, :class:`~litegate._filelock.CheckpointSeat`)
+checkpoints; the others look at the seat every ``LOOK_SECONDS`` and one of
+them takes it when its holder closes the file or dies. Each process counts
+its own commits through litegate (a plain integer) and rings
+a doorbell in the sidecar (a futex word) every ``every_commits`` of them (the
+profile's ``wal_autocheckpoint``); the seated checkpointer sleeps on it and
+runs a round when it rings, and at least once a second, when the WAL index
+shows committed frames it has not copied (any process's, litegate's or not).
+
+**No checkpoint of litegate's runs while a commit restarts the WAL** (SQLite's
+"WAL-reset bug", 3.7.0 through 3.51.2: a checkpoint that starts on a fully
+copied log while a writer restarts the log can corrupt the database). A
+writer restarts the log only when its transaction began on a fully copied
+log (its read lock is slot 0) and it can lock every other WAL read-mark
+slot, that is when no reader uses the log (wal.c, ``walRestartLog``); only
+a checkpoint makes the log fully copied. So a checkpoint call without the
+write gate runs only (1) with litegate's checkpoint lock held (litegate's
+checkpoints run one at a time, across processes), (2) once the WAL index
+shows committed frames not yet copied: from then on no writer can restart
+the log until a checkpoint has copied them all, and by (1) the only one of
+litegate's that can is this call; and (3) inside a read transaction of the
+checkpointer's own on a second connection (the pin), begun after (2): it
+began on a log not fully copied, so it holds a slot from 1 up, and once the
+call has copied everything it keeps every writer from restarting the log
+until it ends, after the call. Every other checkpoint call (the RESTART
+turns below, ``db.checkpoint()``, ``db.vacuum()``) holds the write gate: no
+litegate commit runs meanwhile. On a SQLite with the fix (3.51.3, 3.50.7,
+3.44.6 and later) the pin is left out. The README's "How it works" quotes
+the source.
+
+A round:
+
+- a PASSIVE checkpoint (pinned): it copies what it can without blocking any
+  reader or writer;
 - when the log has grown past ``restart_frames`` (under continuous writes a
   PASSIVE never quite catches up: frames keep arriving while it runs, and a
   live snapshot pins the newest ones), a few more PASSIVE rounds without the
@@ -27,7 +58,18 @@ connection instead:
   longest read transaction in use. That pause, once per ``restart_frames``
   frames and about as long as the longest read, is the price writers pay for
   a WAL that stays bounded while readers never stop (SQLite's "checkpoint
-  starvation" otherwise lets it grow without limit).
+  starvation" otherwise lets it grow without limit);
+- fewer turns while a reader outlasts them: once two turns in a row have
+  given up with the patience at its cap, the next one waits HOLD_OFF
+  seconds (doubling after each such turn, up to HOLD_OFF_MAX), or until a
+  PASSIVE round copies past the frame it stopped at (that reader has
+  ended), instead of stopping every writer for the whole patience once a
+  round against a reader that will not end (a report, a backup,
+  Litestream);
+- under Litestream (``checkpoints="litestream"``, or its tables or
+  ``.<name>-litestream`` folder on the file) no turn at all: restarting the
+  log is Litestream's to do (a restart it did not make costs it a new
+  snapshot), and its own read transaction stops every RESTART anyway.
 
 So the WAL file stays at about its high-water mark, bounded by
 ``restart_frames`` plus what arrives during one round; ``journal_size_limit``
@@ -36,7 +78,11 @@ So the WAL file stays at about its high-water mark, bounded by
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections import deque
@@ -44,7 +90,135 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ._filelock import CheckpointSeat
 from ._stats import WaitHistogram
+
+# The SQLite releases with the WAL-reset fix: 3.51.3 and later, and the
+# backports on the 3.50 and 3.44 lines.
+_FIXED = ((3, 51, 3), (3, 50, 7), (3, 44, 6))
+# A statement that starts a read transaction (it reads the schema page).
+_PIN = "SELECT 1 FROM sqlite_master LIMIT 1"
+_MASK = 0xFFFFFFFF
+
+
+def wal_reset_fixed(version: str = sqlite3.sqlite_version) -> bool:
+    """Whether this SQLite has the fix for the WAL-reset bug."""
+    try:
+        v = (*(int(x) for x in version.split(".")[:3]), 0, 0, 0)[:3]
+    except ValueError:
+        return False
+    return v >= _FIXED[0] or any(v[:2] == f[:2] and v >= f for f in _FIXED[1:])
+
+
+class WalIndexView:
+    """A read-only view of SQLite's WAL index header (the ``-shm`` file),
+    mapped through the descriptor SQLite itself has open in this process:
+    closing any descriptor of that file, a copy included, would drop every
+    lock this process's SQLite connections hold on it (POSIX locks), so
+    nothing here opens, copies or closes one (Python's ``mmap`` keeps a copy
+    and closes it; the mapping is made through libc instead). The mapping
+    outlives nothing: :meth:`close` it before the connection that keeps the
+    file open closes."""
+
+    _SIZE = 4096
+    _HDR = struct.Struct("=12I")  # WalIndexHdr as u32 words (wal.c)
+
+    def __init__(self, addr: int) -> None:
+        self._addr = addr
+        self._words = (ctypes.c_uint32 * 34).from_address(addr)
+
+    @classmethod
+    def open(cls, shm_path: str) -> WalIndexView | None:
+        """The view, or None if this process has no descriptor on the file
+        (not in WAL mode, or not open yet) or it cannot be mapped."""
+        fd = _fd_of(shm_path)
+        if fd is None or _LIBC is None:
+            return None
+        try:
+            if os.fstat(fd).st_size < cls._SIZE:
+                return None
+        except OSError:
+            return None
+        addr = _LIBC.mmap(None, cls._SIZE, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            return None
+        return cls(int(addr))
+
+    def state(self) -> tuple[int, int] | None:
+        """(nBackfill, mxFrame): frames copied back and frames committed to
+        the log, read in that order; None if the header was being written
+        (SQLite's own test: its two copies agree and the checksum holds)."""
+        backfilled = int(self._words[24])  # (one aligned load; SQLite stores it atomically)
+        for _ in range(10):
+            raw = ctypes.string_at(self._addr, 96)
+            first, second = raw[:48], raw[48:]
+            if first == second and raw[12] and _checksum_ok(self._HDR.unpack(first)):
+                return backfilled, self._HDR.unpack(first)[4]
+        return None
+
+    def close(self) -> None:
+        if self._addr and _LIBC is not None:
+            del self._words
+            _LIBC.munmap(ctypes.c_void_p(self._addr), self._SIZE)
+            self._addr = 0
+
+
+def _checksum_ok(w: tuple[int, ...]) -> bool:
+    """wal.c's walChecksumBytes over the header's first 40 bytes, native order."""
+    s1 = s2 = 0
+    for i in range(0, 10, 2):
+        s1 = (s1 + w[i] + s2) & _MASK
+        s2 = (s2 + w[i + 1] + s1) & _MASK
+    return (s1, s2) == (w[10], w[11])
+
+
+def _fd_of(path: str) -> int | None:
+    """A descriptor this process has open on ``path``'s file, if any."""
+    try:
+        st = os.stat(path)
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            fst = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino):
+            return int(name)
+    return None
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_long,
+        ]  # fmt: skip
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
+
+
+def litestream_markers(path: str, conn: sqlite3.Connection | None = None) -> bool:
+    """Whether Litestream has been set up on ``path``: its folder beside the
+    file (``.<name>-litestream``) or its tables in it."""
+    folder, name = os.path.split(path)
+    if os.path.isdir(os.path.join(folder, f".{name}-litestream")):
+        return True
+    if conn is None:
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+        "AND name IN ('_litestream_seq', '_litestream_lock') LIMIT 1"
+    ).fetchone()
+    return row is not None
 
 
 class Checkpointer:
@@ -53,38 +227,61 @@ class Checkpointer:
     RESTART_PATIENCE_MAX = 0.100  # the most it grows to after failed rounds
     PRE_ROUNDS = 4  # ungated PASSIVE rounds before a gated turn, at most
     GATED_FRAMES = 64  # ... until no more than this is left to copy under the gate
+    HOLD_OFF = 0.25  # no turn for this long after two in a row gave up at the cap...
+    HOLD_OFF_MAX = 4.0  # ... doubling after each further one, up to this
+    LOCK_SECONDS = 1.0  # the longest a round waits for another checkpoint to end
+    LITESTREAM_LOOK_SECONDS = 5.0  # how often the seated checkpointer looks for Litestream
 
     def __init__(
         self,
+        path: str,
         connect: Callable[[], sqlite3.Connection],
         gate: Callable[[float], AbstractContextManager[bool]],
+        seat: CheckpointSeat,
         *,
         every_commits: int,
         restart_frames: int,
     ) -> None:
+        self.path = path
         self._connect = connect
         self._gate = gate
+        self.seat = seat
         self.every_commits = max(1, every_commits)
         self.restart_frames = restart_frames
-        self._commits = 0  # since the last checkpoint; bumped by the writer only
-        self._wake = threading.Event()
+        self.pin_needed = not wal_reset_fixed()
+        self._wake = threading.Event()  # stop, while a standby
         self._stop = False
-        self.busy = False  # inside a checkpoint call (fork safety reads this)
-        # Held while this thread is inside SQLite (opening, checkpointing,
+        self.busy = False  # inside a round (fork safety reads this)
+        # Held while this thread is inside SQLite (opening, a round,
         # closing): fork() waits for it (_gate._before_fork), since a child
         # forked while any thread is inside SQLite may find SQLite's
         # process-wide mutexes (its allocator's) taken forever.
         self.calls = threading.Lock()
         self.conn: sqlite3.Connection | None = None
+        self.pin: sqlite3.Connection | None = None
+        self._view: WalIndexView | None = None
+        self.gated_passive = 0  # PASSIVE rounds run with the gate (no view of the WAL index)
+        self.idle_rounds = 0  # rounds with nothing to copy
         self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
         self.restart = WaitHistogram()  # durations of gated turns (catch-up + RESTART)
         self.restart_skipped = 0
+        self.restart_pinned = 0  # turns not taken: a reader still pins the log
         self.patience = self.RESTART_PATIENCE
+        self._pinned_at: tuple[int, int] | None = None  # (copied, log) a turn gave up at
+        self._hold_off = 0.0  # current hold-off after turns that gave up at the cap
+        self._capped = 0  # turns in a row that gave up at the cap
+        self._hold_until = 0.0  # no turn before this (monotonic), unless the reader ended
+        self.litestream_asked = False  # this process's Databases ask for Litestream mode
+        self.litestream = False  # in force (asked here or elsewhere, or detected)
+        self._litestream_looked = -1e9
+        self.seated_since: float | None = None
+        self.elections = 0  # times this process took the seat
         # (kind, perf_counter start, seconds) of recent checkpoints, so a
         # benchmark can tell whether a slow write overlapped one.
         self.events: deque[tuple[str, float, float]] = deque(maxlen=10_000)
         self.errors = 0
         self.last: tuple[int, int, int] | None = None  # (busy, log frames, copied)
+        self._commits = 0  # this process's, since it last rang; bumped by the writer only
         self._thread = threading.Thread(target=self._run, name="litegate-checkpointer", daemon=True)
         self._thread.start()
 
@@ -92,76 +289,202 @@ class Checkpointer:
         """Called by the writer after each COMMIT: cheap, never blocks."""
         self._commits += 1
         if self._commits >= self.every_commits:
-            self._wake.set()
+            self._commits = 0
+            self.seat.ring()  # (the seated checkpointer, in whatever process)
 
+    # -- the thread ---------------------------------------------------------------
     def _run(self) -> None:
         try:
+            while not self._stop:
+                if not self.seat.seated:
+                    self._stand_by()
+                    continue
+                self._serve()
+        finally:
+            self._close_connections()
+            self.seat.leave()
+
+    def _stand_by(self) -> None:
+        """Not seated: take the seat if it is free, else look again soon."""
+        if not self.seat.take():
+            self._wake.wait(self.seat.LOOK_SECONDS)
+            return
+        try:
             with self.calls:
-                self.conn = self._connect()
+                if self.conn is None:
+                    self.conn = self._connect()
+                    self.conn.execute(_PIN).fetchone()  # (opens the WAL index)
+                    self.pin = self._connect() if self.pin_needed else None
         except Exception:
             self.errors += 1
-            return
-        while not self._stop:
+            self._close_connections()
+            self.seat.leave()  # someone else may do better
             self._wake.wait(self.IDLE_WAKE_SECONDS)
-            self._wake.clear()
-            if self._stop:
-                break
-            if self._commits == 0:
-                continue
-            self._commits = 0
-            with self.calls:
-                try:
-                    self.checkpoint()
-                except sqlite3.Error:
-                    self.errors += 1  # counted in stats(); the next round tries again
+            return
+        self.elections += 1
+        self.seated_since = time.monotonic()
+        # (its first round comes within IDLE_WAKE_SECONDS, or at the next ring)
 
-    def checkpoint(self) -> tuple[int, int, int]:
+    def _serve(self) -> None:
+        """Seated: sleep until the doorbell rings or a second has passed,
+        then a round (which copies what the WAL index shows uncopied)."""
+        seat = self.seat
+        seat.wait_bell(seat.bell(), self.IDLE_WAKE_SECONDS)
+        self._round()
+
+    def _round(self) -> None:
+        if self._stop:
+            return
+        with self.calls:
+            try:
+                self.checkpoint()
+            except sqlite3.Error:
+                self.errors += 1  # counted in stats(); the next round tries again
+
+    # -- a round --------------------------------------------------------------------
+    def checkpoint(self) -> tuple[int, int, int] | None:
         """One round: PASSIVE, then a gated catch-up and RESTART if the log is long."""
-        conn = self.conn
-        assert conn is not None
         self.busy = True
         try:
-            t0 = time.perf_counter()
-            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            self.passive.record(time.perf_counter() - t0)
-            self.events.append(("passive", t0, time.perf_counter() - t0))
-            busy, log, copied = int(row[0]), int(row[1]), int(row[2])
-            self.last = (busy, log, copied)
-            if log >= self.restart_frames:
-                # Shrink what the gated turn must copy (and fsync) while
-                # writers wait: a few more PASSIVE rounds first, without the
-                # gate, until only a little is left.
-                for _ in range(self.PRE_ROUNDS):
-                    if log - copied <= self.GATED_FRAMES:
-                        break
-                    t0 = time.perf_counter()
-                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.passive.record(time.perf_counter() - t0)
-                    self.events.append(("passive", t0, time.perf_counter() - t0))
-                    log, copied = int(row[1]), int(row[2])
-                with self._gate(0.05) as held:
-                    if not held:
-                        self.restart_skipped += 1
-                        return self.last
-                    t0 = time.perf_counter()
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # catch up
-                    while True:
-                        row = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                        if int(row[0]) == 0 or time.perf_counter() - t0 > self.patience:
-                            break
-                        time.sleep(0.0005)  # a reader is still on the old log
-                    self.restart.record(time.perf_counter() - t0)
-                    self.events.append(("restart", t0, time.perf_counter() - t0))
-                    self.last = (int(row[0]), int(row[1]), int(row[2]))
-                    if int(row[0]) != 0:
-                        self.restart_skipped += 1
-                        self.patience = min(2 * self.patience, self.RESTART_PATIENCE_MAX)
-                    else:
-                        self.patience = self.RESTART_PATIENCE
+            litestream = self._litestream_mode()
+            row = self._passive()
+            if row is None or litestream:
+                return self.last
+            _busy, log, copied = row
+            if log < self.restart_frames:
+                return self.last
+            # Shrink what the gated turn must copy (and fsync) while
+            # writers wait: a few more PASSIVE rounds first, without the
+            # gate, until only a little is left.
+            for _ in range(self.PRE_ROUNDS):
+                if log - copied <= self.GATED_FRAMES:
+                    break
+                row = self._passive()
+                if row is None:
+                    return self.last
+                _busy, log, copied = row
+            pinned = self._pinned_at
+            if pinned is not None:
+                ended = copied > pinned[0] or log < pinned[1]  # copied past it, or restarted
+                if not ended and time.monotonic() < self._hold_until:
+                    self.restart_pinned += 1  # a reader that outlasted the turns still pins it
+                    return self.last
+                self._pinned_at = None
+            self._turn()
             return self.last
         finally:
             self.busy = False
 
+    def _passive(self) -> tuple[int, int, int] | None:
+        """A PASSIVE checkpoint without the gate (see the module's
+        docstring): with litegate's checkpoint lock held, only once the WAL
+        index shows committed frames not copied yet, and inside the pin's
+        read transaction begun after that. Without a view of the WAL index,
+        with the gate. None if it did not run (another checkpoint of
+        litegate's held the lock, or the gate could not be had)."""
+        conn, pin, seat = self.conn, self.pin, self.seat
+        assert conn is not None
+        if not seat.lock_checkpoints(self.LOCK_SECONDS):
+            return None
+        try:
+            if pin is not None:
+                if self._view is None:
+                    self._view = WalIndexView.open(self.path + "-shm")
+                seen = self._view.state() if self._view is not None else None
+                if seen is None:
+                    if not os.path.exists(self.path + "-wal"):
+                        return None  # not in WAL mode: nothing to checkpoint
+                    return self._gated_passive(conn)
+                copied, log = seen
+                if copied >= log:  # all copied (or empty): nothing to do
+                    self.idle_rounds += 1
+                    self.last = (0, log, copied)
+                    return self.last
+                pin.execute("BEGIN")
+            try:
+                if pin is not None:
+                    pin.execute(_PIN).fetchone()
+                t0 = time.perf_counter()
+                row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                dt = time.perf_counter() - t0
+            finally:
+                if pin is not None:
+                    pin.execute("COMMIT")
+        finally:
+            seat.unlock_checkpoints()
+        self.passive.record(dt)
+        self.events.append(("passive", t0, dt))
+        self.last = (int(row[0]), int(row[1]), int(row[2]))
+        return self.last
+
+    def _gated_passive(self, conn: sqlite3.Connection) -> tuple[int, int, int] | None:
+        """The PASSIVE checkpoint with the write gate held (the checkpoint
+        lock is held already)."""
+        with self._gate(0.05) as held:
+            if not held:
+                return None
+            t0 = time.perf_counter()
+            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            dt = time.perf_counter() - t0
+        self.gated_passive += 1
+        self.passive.record(dt)
+        self.events.append(("passive", t0, dt))
+        self.last = (int(row[0]), int(row[1]), int(row[2]))
+        return self.last
+
+    def _turn(self) -> None:
+        """The gated turn: catch up and RESTART with the write gate held."""
+        conn, seat = self.conn, self.seat
+        assert conn is not None
+        if not seat.lock_checkpoints(0.05):  # (before the gate, never while holding it)
+            self.restart_skipped += 1
+            return
+        try:
+            with self._gate(0.05) as held:
+                if not held:
+                    self.restart_skipped += 1
+                    return
+                t0 = time.perf_counter()
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # catch up
+                while True:
+                    row = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                    if int(row[0]) == 0 or time.perf_counter() - t0 > self.patience:
+                        break
+                    time.sleep(0.0005)  # a reader is still on the old log
+                dt = time.perf_counter() - t0
+        finally:
+            seat.unlock_checkpoints()
+        self.restart.record(dt)
+        self.events.append(("restart", t0, dt))
+        self.last = (int(row[0]), int(row[1]), int(row[2]))
+        if int(row[0]) != 0:
+            self.restart_skipped += 1
+            if self.patience >= self.RESTART_PATIENCE_MAX:  # it gave up at the cap
+                self._capped += 1
+            if self._capped >= 2:
+                self._hold_off = min(2 * self._hold_off or self.HOLD_OFF, self.HOLD_OFF_MAX)
+                self._hold_until = time.monotonic() + self._hold_off
+                self._pinned_at = (int(row[2]), int(row[1]))
+            self.patience = min(2 * self.patience, self.RESTART_PATIENCE_MAX)
+        else:
+            self.patience = self.RESTART_PATIENCE
+            self._hold_off = 0.0
+            self._capped = 0
+
+    def _litestream_mode(self) -> bool:
+        """Litestream mode: asked for by a Database of this process or of
+        another one (the sidecar says), or Litestream found on the file
+        (looked for every LITESTREAM_LOOK_SECONDS)."""
+        if self.litestream_asked or self.seat.litestream_asked_elsewhere():
+            self.litestream = True
+            return True
+        now = time.monotonic()
+        if now - self._litestream_looked >= self.LITESTREAM_LOOK_SECONDS:
+            self._litestream_looked = now
+            self.litestream = litestream_markers(self.path, self.conn)
+        return self.litestream
+
+    # -- reporting, stopping ----------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         p, t = self.passive, self.restart
         last = (
@@ -169,11 +492,20 @@ class Checkpointer:
             if self.last is None
             else dict(zip(("busy", "log", "copied"), self.last, strict=True))
         )
+        holder = self.seat.holder() if not self._stop else 0
         return {
+            "checkpointer_pid": holder or None,
+            "this_process": self.seat.seated,
+            "litestream": self.litestream or self.litestream_asked,
+            "sqlite_version": sqlite3.sqlite_version,
+            "wal_reset_fixed": not self.pin_needed,
             "passive": {"count": p.count, "total_ms": round(p.total * 1e3, 3),
                         "max_ms": round(p.max * 1e3, 3)},
             "restart": {"count": t.count, "total_ms": round(t.total * 1e3, 3),
-                         "max_ms": round(t.max * 1e3, 3), "skipped": self.restart_skipped},
+                         "max_ms": round(t.max * 1e3, 3), "skipped": self.restart_skipped,
+                         "pinned": self.restart_pinned},
+            "idle_rounds": self.idle_rounds,
+            "gated_passive": self.gated_passive,
             "patience_ms": round(self.patience * 1e3, 1),
             "every_commits": self.every_commits,
             "restart_frames": self.restart_frames,
@@ -182,12 +514,25 @@ class Checkpointer:
         }  # fmt: skip
 
     def stop(self) -> None:
-        """Stop the thread and close its connection. Safe to call twice."""
+        """Stop the thread, close its connections and leave the seat. Safe
+        to call twice."""
         self._stop = True
         self._wake.set()
+        self.seat.ring()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5)
-        conn, self.conn = self.conn, None
-        if conn is not None and not self.busy:
-            with self.calls:
-                conn.close()
+        if not self._thread.is_alive():
+            self._close_connections()
+
+    def _close_connections(self) -> None:
+        if self.busy:
+            return
+        with self.calls:
+            view, self._view = self._view, None
+            if view is not None:
+                view.close()  # (before the connection that keeps the file open)
+            for name in ("pin", "conn"):
+                conn = getattr(self, name)
+                setattr(self, name, None)
+                if conn is not None:
+                    conn.close()

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import quote
@@ -234,12 +234,14 @@ class Database:
         fair: Fairness = True,
         checkpoints: bool = True,
         combine: bool = False,
+        litestream: bool = False,
     ) -> None:
         self.path = path
         self.combine = combine
         self.fair = fair
         self.budget = budget_of(fair)
         self.checkpoints = checkpoints
+        self._litestream = litestream  # checkpoints="litestream"
         # With litegate's checkpointer, the profile's wal_autocheckpoint (in
         # pages) becomes the number of commits between background checkpoints,
         # and SQLite's own auto-checkpoint (on the commit path) is turned off.
@@ -286,6 +288,7 @@ class Database:
                     state.checkpointer = state.filegate.checkpointer(
                         every_commits=self._checkpoint_every,
                         restart_frames=4 * self._checkpoint_every,
+                        litestream=self._litestream,
                     )
             return self._state
 
@@ -442,6 +445,13 @@ class Database:
         finally:
             conn.guard.own = False
             self._end(state, conn, commit=False)
+
+    def _checkpoint_turn(self, timeout: float | None) -> AbstractContextManager[bool]:
+        """litegate's checkpoint lock (its checkpoints run one at a time,
+        across processes), for maintenance that checkpoints; taken before
+        the gate. Yields False if ``timeout`` (None: the default) ran out."""
+        limit = self.timeout if timeout is None else timeout
+        return self._process_state().filegate.checkpoint_turn(limit)
 
     def _after_gate(
         self,
@@ -1215,7 +1225,7 @@ def connect(
     pragmas: Mapping[str, PragmaValue | None] | None = None,
     busy: str | BusyStrategy = "constant",
     fair: Fairness = True,
-    checkpoints: bool = True,
+    checkpoints: bool | str = True,
     combine: bool = False,
 ) -> Database:
     """Open (or create) the SQLite file at ``path`` for fair concurrent use.
@@ -1242,9 +1252,11 @@ def connect(
       "Combined writes across processes"). Statements must mean the same in
       every process: no SQL functions, collations or adapters registered in
       one process only.
-    - ``checkpoints``: run WAL checkpoints on a background thread (the
-      default) instead of inside the COMMIT that crosses SQLite's
-      auto-checkpoint threshold.
+    - ``checkpoints``: run WAL checkpoints on a background thread, one per
+      file across processes (the default) instead of inside the COMMIT that
+      crosses SQLite's auto-checkpoint threshold; ``"litestream"``: the
+      same, for a file that Litestream replicates (litegate never restarts
+      the log, which is Litestream's to do).
     """
     raw = os.fspath(path)
     if not isinstance(raw, str):
@@ -1255,6 +1267,9 @@ def connect(
             "filesystem path (a temporary file works for tests)"
         )
     readers = _positive("readers", readers, integer=True)
+    litestream = checkpoints == "litestream"
+    if isinstance(checkpoints, str) and not litestream:
+        raise ConfigError(f'checkpoints must be True, False or "litestream", got {checkpoints!r}')
     budget_of(fair)  # a bad policy fails here, before anything is opened
     resolved = _profiles.resolve(profile, pragmas)
     busy_fn = get_strategy(busy)
@@ -1282,4 +1297,5 @@ def connect(
         fair=fair,
         checkpoints=bool(checkpoints),
         combine=bool(combine),
+        litestream=litestream,
     )

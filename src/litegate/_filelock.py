@@ -68,9 +68,11 @@ _H_WANT = 36  # u32: a futex word rung by a waiter while the gate's holder is id
 _H_IDLE = 40  # u64: pid of a process that keeps the gate while idle (0: none)
 _H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
 _H_BARGES = 56  # u64: grants taken past a waiting head
-# 64-79: the checkpointer's. 80-95: the combiner's (see _combine.py): its
-# pid and the nonce that names its socket, written by the holder of the
-# COMBINER lock.
+# The file's background checkpointer (one per file across processes):
+_H_CKPT_PID = 64  # u64: pid of the process whose checkpointer holds the seat (0: none)
+_H_CKPT_BELL = 76  # u32: rung every few commits: the futex word the checkpointer sleeps on
+# The combiner's (see _combine.py): its pid and the nonce that names its
+# socket, written by the holder of the COMBINER lock.
 H_COMBINER_PID = 80  # u64
 H_COMBINER_NONCE = 88  # u64
 _SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
@@ -84,6 +86,13 @@ _W_IDLE = _H_IDLE >> 3
 _MUTEX = 0
 _GATE = 1 << 31  # lock-only offsets past the data: they need no bytes
 COMBINER = _GATE + 2  # held by the process that combines other processes' writes
+_CKPT_SEAT = _GATE + 1  # held by the file's one background checkpointer, for its tenure
+# Held by whoever runs one of litegate's checkpoints (one at a time, across
+# processes). A lock on a header byte of litegate's own that holds no data,
+# as MUTEX sits on byte 0; always taken before the gate, never while holding it.
+_CKPT_RUN = 79
+# Read-locked by every process with a Database opened with checkpoints="litestream".
+_LITESTREAM = 78
 _SLOT_LOCK_BASE = 1 << 32
 _NO_LIMIT = 0xFFFFFFFF  # a budget field without a bound
 
@@ -101,6 +110,7 @@ _TICKET_LIMIT = 1 << 62  # a counter at or past this was not written by litegate
 
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
 _SETLKW: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
+_GETLK: int = fcntl.F_OFD_GETLK  # type: ignore[attr-defined,unused-ignore]
 
 
 def _flock(kind: int, offset: int) -> bytes:
@@ -111,6 +121,12 @@ _MUTEX_LOCK = _flock(fcntl.F_WRLCK, _MUTEX)
 _MUTEX_UNLOCK = _flock(fcntl.F_UNLCK, _MUTEX)
 _GATE_LOCK = _flock(fcntl.F_WRLCK, _GATE)
 _GATE_UNLOCK = _flock(fcntl.F_UNLCK, _GATE)
+_SEAT_LOCK = _flock(fcntl.F_WRLCK, _CKPT_SEAT)
+_SEAT_UNLOCK = _flock(fcntl.F_UNLCK, _CKPT_SEAT)
+_RUN_LOCK = _flock(fcntl.F_WRLCK, _CKPT_RUN)
+_RUN_UNLOCK = _flock(fcntl.F_UNLCK, _CKPT_RUN)
+_LITESTREAM_ASK = _flock(fcntl.F_RDLCK, _LITESTREAM)
+_LITESTREAM_PROBE = _flock(fcntl.F_WRLCK, _LITESTREAM)
 _SLOT_LOCK = [_flock(fcntl.F_WRLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 _SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 # the whole file: only a lock file nobody uses can be set up anew
@@ -170,8 +186,10 @@ def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
 
 def read_counters(path: str) -> dict[str, int] | None:
     """The gate's shared counters (grants, hand-offs, barges, the pid of a
-    process keeping the gate while idle),
-    read without taking part; None if not a litegate lock file."""
+    process keeping the gate while idle, the pid last seated as the file's
+    checkpointer), read without taking part; None if not a litegate lock
+    file. The checkpointer's pid is a hint: whether a
+    checkpointer holds the seat now is the kernel's (see :func:`is_seat_lock`)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         head = os.pread(fd, _HEADER, 0)
@@ -185,6 +203,7 @@ def read_counters(path: str) -> dict[str, int] | None:
         "handoffs": _U64.unpack_from(head, _H_HANDOFFS)[0],
         "barges": _U64.unpack_from(head, _H_BARGES)[0],
         "idle_holder_pid": _U64.unpack_from(head, _H_IDLE)[0],
+        "checkpointer_pid": _U64.unpack_from(head, _H_CKPT_PID)[0],
     }
 
 
@@ -197,6 +216,27 @@ def slot_of_lock(offset: int) -> int | None:
 def is_gate_lock(offset: int) -> bool:
     """True for the lock whose holder holds the gate (as /proc shows locks)."""
     return offset == _GATE
+
+
+def is_seat_lock(offset: int) -> bool:
+    """True for the lock held by the file's background checkpointer."""
+    return offset == _CKPT_SEAT
+
+
+def litestream_lock_offset() -> int:
+    """The byte a process with ``checkpoints="litestream"`` read-locks."""
+    return _LITESTREAM
+
+
+def seat_lock_offset() -> int:
+    """Where the file's background checkpointer holds its lock (to ask the
+    kernel whether one is seated)."""
+    return _CKPT_SEAT
+
+
+def is_checkpoint_lock(offset: int) -> bool:
+    """True for the lock held while one of litegate's checkpoints runs."""
+    return offset == _CKPT_RUN
 
 
 class TooManyWaiters(RuntimeError):
@@ -800,3 +840,158 @@ class ProcessLock:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class CheckpointSeat:
+    """The file's background checkpointer, elected across processes, and
+    the lock that keeps litegate's checkpoints one at a time; in the same
+    sidecar as the gate (:class:`ProcessLock`, whose descriptor and table
+    it uses).
+
+    - The seat: an OFD lock (``_CKPT_SEAT``) that one process's checkpointer
+      holds for as long as it checkpoints; the kernel drops it when that
+      process dies, and another process's checkpointer, looking every
+      ``LOOK_SECONDS``, takes it. The holder writes its pid into the table
+      (a hint for ``stats()``, ``top`` and ``doctor``: the lock decides).
+    - The doorbell, a u32 word of the table that the seated checkpointer
+      sleeps on (a futex): each process rings it (bumps it and wakes the
+      sleeper) every ``every`` of its commits. Written by committers of any
+      process: a bump lost to another process's (no atomic add from Python)
+      still changes the word, and the wake-up is a system call of its own.
+    - The checkpoint lock (``_CKPT_RUN``), held by whoever runs one of
+      litegate's checkpoints: the seated checkpointer's rounds and
+      ``db.checkpoint()`` / ``db.vacuum()`` of any process. Taken before the
+      gate, never while holding it, so a writer never waits for it. OFD locks
+      do not exclude each other within one open file, so a thread lock
+      orders the threads of this process first.
+    - Litestream mode: a process with a Database opened with
+      ``checkpoints="litestream"`` holds a read lock on ``_LITESTREAM``, so
+      the seated checkpointer, wherever it is, knows.
+    """
+
+    LOOK_SECONDS = 0.1  # how often a standby looks at the seat
+    _W_BELL = _H_CKPT_BELL >> 2
+    _W_PID = _H_CKPT_PID >> 3
+
+    def __init__(self, plock: ProcessLock) -> None:
+        self._fd = plock._fd
+        self._halves = memoryview(plock._map).cast("I")
+        self._pids = memoryview(plock._map).cast("Q")
+        self._bell = _futex.Word(plock._map, _H_CKPT_BELL) if _futex.AVAILABLE else None
+        self._pid = os.getpid()
+        self.seated = False
+        self._litestream = False
+        self._closed = False
+        self._run = threading.Lock()  # this process's threads, before the OFD lock
+
+    # -- the seat -------------------------------------------------------------
+    def take(self) -> bool:
+        """Take the seat if it is free (never waits)."""
+        if self.seated or self._closed:
+            return self.seated
+        try:
+            fcntl.fcntl(self._fd, _SETLK, _SEAT_LOCK)
+        except OSError:
+            return False
+        self.seated = True
+        self._pids[self._W_PID] = self._pid  # (we hold the seat: the one writer)
+        return True
+
+    def leave(self) -> None:
+        if not self.seated or self._closed:
+            return
+        self.seated = False
+        if self._pids[self._W_PID] == self._pid:
+            self._pids[self._W_PID] = 0
+        fcntl.fcntl(self._fd, _SETLK, _SEAT_UNLOCK)
+
+    def holder(self) -> int:
+        """The pid of the seated checkpointer's process, 0 if none."""
+        if self.seated:
+            return self._pid
+        if self._closed or not _lock_held(self._fd, _SEAT_LOCK):
+            return 0
+        return int(self._pids[self._W_PID])
+
+    # -- the doorbell -------------------------------------------------------------
+    def bell(self) -> int:
+        return int(self._halves[self._W_BELL])
+
+    def ring(self) -> None:
+        """Wake the seated checkpointer (a round may be due, or it must stop)."""
+        if self._closed:
+            return
+        b = self._W_BELL
+        self._halves[b] = (self._halves[b] + 1) & 0xFFFFFFFF
+        if self._bell is not None:
+            self._bell.wake(0x7FFFFFFF)
+
+    def wait_bell(self, seen: int, seconds: float) -> None:
+        """Sleep until the doorbell rings (or already rang since it read
+        ``seen``), at most ``seconds``; without futexes, a short sleep."""
+        if self._bell is not None:
+            self._bell.wait(seen, seconds)
+        else:
+            time.sleep(min(seconds, 0.05))
+
+    # -- one checkpoint at a time ----------------------------------------------
+    def lock_checkpoints(self, timeout: float | None) -> bool:
+        """Take the checkpoint lock within ``timeout`` seconds (None: wait
+        as long as it takes). False if the time ran out."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        if not acquire_until(self._run, deadline):
+            return False
+        while True:
+            try:
+                fcntl.fcntl(self._fd, _SETLK, _RUN_LOCK)
+                return True
+            except OSError:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._run.release()
+                return False
+            time.sleep(min(left, 0.0005))  # held for one checkpoint, a few ms
+
+    def unlock_checkpoints(self) -> None:
+        fcntl.fcntl(self._fd, _SETLK, _RUN_UNLOCK)
+        self._run.release()
+
+    # -- Litestream mode ----------------------------------------------------------
+    def ask_litestream(self) -> None:
+        """This process opened a Database with ``checkpoints="litestream"``
+        (held until the file's gate closes in this process)."""
+        if not self._litestream and not self._closed:
+            fcntl.fcntl(self._fd, _SETLK, _LITESTREAM_ASK)
+            self._litestream = True
+
+    def litestream_asked_elsewhere(self) -> bool:
+        return not self._closed and _lock_held(self._fd, _LITESTREAM_PROBE)
+
+    def close(self) -> None:
+        """Leave the seat if held and drop the views of the table (before
+        the :class:`ProcessLock` closes it)."""
+        self.leave()
+        self._closed = True
+        self._release_views()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the seat and the locks are the parent's."""
+        self.seated = False
+        self._closed = True
+        self._run = threading.Lock()
+        self._release_views()
+
+    def _release_views(self) -> None:
+        if self._bell is not None:
+            self._bell.release()
+            self._bell = None
+        self._halves.release()
+        self._pids.release()
+
+
+def _lock_held(fd: int, probe: bytes) -> bool:
+    """Whether another open file holds a lock that conflicts with ``probe``
+    (F_OFD_GETLK: asks the kernel, takes nothing)."""
+    answer = fcntl.fcntl(fd, _GETLK, probe)
+    return int(struct.unpack("hhqqixxxx", answer)[0]) != fcntl.F_UNLCK

@@ -7,9 +7,11 @@ file, or the per-thread connections of a Django process, therefore queue in
 one line inside the process and take one ticket at a time across processes,
 instead of competing like separate processes.
 
-The gate also owns the file's background checkpointer (one per file per
-process, started by the first user that wants checkpoints): every commit
-through the gate counts towards it, whoever made it.
+The gate also owns this process's checkpointer thread for the file
+(started by the first user that wants checkpoints) and the file's
+:class:`CheckpointSeat`: of the processes using the file, one checkpointer
+at a time holds the seat and checkpoints; every commit through the gate, in
+any process, counts towards its next round.
 
 ``FileGate.open(path)`` returns the process's gate for ``path`` (made on
 first use) and counts the users; ``close()`` gives one back, and the last
@@ -39,7 +41,15 @@ from ._checkpoint import Checkpointer
 from ._combine import Combiner
 from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, QUEUED, STRICT, Budget, FairLock, QueueClosed
-from ._filelock import COMBINER, DUE, H_COMBINER_NONCE, H_COMBINER_PID, PASSED, ProcessLock
+from ._filelock import (
+    COMBINER,
+    DUE,
+    H_COMBINER_NONCE,
+    H_COMBINER_PID,
+    PASSED,
+    CheckpointSeat,
+    ProcessLock,
+)
 from ._guard import close_connection
 
 if TYPE_CHECKING:
@@ -223,11 +233,14 @@ def _after_fork_in_child() -> None:
     _FORK_BLOCKED.clear()
     try:
         for gate in list(_REGISTRY.values()):
+            gate.seat.forget_after_fork()
             gate.plock.forget_after_fork()
             gate._forget_combiner_after_fork()
             ckpt, gate._ckpt = gate._ckpt, None
-            if ckpt is not None and ckpt.conn is not None:
-                drop_after_fork(ckpt.conn, idle=not ckpt.busy)
+            if ckpt is not None:
+                for conn in (ckpt.conn, ckpt.pin):
+                    if conn is not None:
+                        drop_after_fork(conn, idle=not ckpt.busy)
         _REGISTRY.clear()
         for hook in list(_CHILD_HOOKS):
             try:
@@ -271,6 +284,7 @@ class FileGate:
         self.lock = FairLock(BOUNDED, on_vacant=self._vacant)
         # processes: a new sidecar gets the database's permissions
         self.plock = ProcessLock(path + "-litegate", like=path)
+        self.seat = CheckpointSeat(self.plock)  # the file's one checkpointer, and its lock
         self.owner: int | None = None  # thread ident holding it (for nesting checks)
         # This process holds the cross-process gate. It keeps it while its own
         # threads pass the in-process lock among themselves (a cohort), until
@@ -324,6 +338,7 @@ class FileGate:
                 fresh = None  # type: ignore[assignment]
             gate._users += 1
         if fresh is not None:  # another thread made one first: use theirs
+            fresh.seat.close()
             fresh.plock.close()
         return gate
 
@@ -382,6 +397,7 @@ class FileGate:
             if keeper is not None and keeper.ident is not None:
                 self.plock.ring()  # wakes the keeper, which sees _closing and stops
                 keeper.join(5)
+            self.seat.close()
             self.plock.close()
 
     def close_soon(self) -> None:
@@ -478,18 +494,42 @@ class FileGate:
         }
 
     # -- the file's checkpointer ------------------------------------------------
-    def checkpointer(self, *, every_commits: int, restart_frames: int) -> Checkpointer:
-        """The file's background checkpointer, started on first call (the
-        first caller's thresholds apply)."""
+    def checkpointer(
+        self, *, every_commits: int, restart_frames: int, litestream: bool = False
+    ) -> Checkpointer:
+        """This process's checkpointer thread for the file, started on first
+        call (the first caller's thresholds apply); it checkpoints while it
+        holds the file's seat. ``litestream``: this caller asks for
+        Litestream mode (the seated checkpointer, in whatever process, then
+        leaves restarting the log to Litestream)."""
         with self._ckpt_lock:
             if self._ckpt is None:
                 self._ckpt = Checkpointer(
+                    self.path,
                     self._open_checkpoint_conn,
                     self._turn,
+                    self.seat,
                     every_commits=every_commits,
                     restart_frames=restart_frames,
                 )
+            if litestream:
+                self.seat.ask_litestream()
+                self._ckpt.litestream_asked = True
             return self._ckpt
+
+    @contextmanager
+    def checkpoint_turn(self, timeout: float | None) -> Iterator[bool]:
+        """The checkpoint lock, for a checkpoint made through the gate
+        (``db.checkpoint()``, ``db.vacuum()``): litegate's checkpoints run
+        one at a time, across processes. Take it before the gate (a writer
+        never waits for it). Yields False if ``timeout`` seconds passed."""
+        if not self.seat.lock_checkpoints(timeout):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.seat.unlock_checkpoints()
 
     def committed(self) -> None:
         """A COMMIT went through this gate (cheap; never blocks)."""

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, closing
 from typing import NamedTuple, Protocol
 from urllib.parse import quote
 
-from ._errors import ConfigError, OpenError
+from ._errors import ConfigError, OpenError, WriteTimeout
 from ._files import FAMILY, JOURNALS, SIDECAR, openers, owner_of, same_file
 
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
@@ -38,6 +38,10 @@ class _Target(Protocol):
 
     def _exclusive(self, timeout: float | None) -> AbstractContextManager[sqlite3.Connection]:
         """The write connection, the whole gate held, no transaction open."""
+        ...
+
+    def _checkpoint_turn(self, timeout: float | None) -> AbstractContextManager[bool]:
+        """litegate's checkpoint lock, taken before the gate (False: timed out)."""
         ...
 
 
@@ -313,13 +317,17 @@ def vacuum(
     if not isinstance(overwrite, bool) or overwrite:
         raise ConfigError("overwrite= goes with into=; vacuum() without into= rebuilds in place")
     bytes_before = _size(db.path)
-    with db._exclusive(timeout) as conn:
-        before = _pages(conn)
-        conn.execute("VACUUM")
-        after = _pages(conn)
-        # VACUUM in WAL mode writes the whole file into the WAL: fold it back
-        # now, while nobody else can write, so the file shrinks at once.
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    t1 = time.monotonic()
+    with db._checkpoint_turn(timeout) as ours:
+        if not ours:
+            raise _checkpoint_timeout("vacuum()", timeout)
+        with db._exclusive(_left("vacuum()", timeout, t1)) as conn:
+            before = _pages(conn)
+            conn.execute("VACUUM")
+            after = _pages(conn)
+            # VACUUM in WAL mode writes the whole file into the WAL: fold it back
+            # now, while nobody else can write, so the file shrinks at once.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     return VacuumResult(
         bytes_before, _size(db.path), before[0], after[0], before[1], time.monotonic() - t0, None
     )
@@ -341,12 +349,35 @@ def checkpoint(
     if name not in CHECKPOINT_MODES:
         raise ConfigError(f"mode must be one of {', '.join(CHECKPOINT_MODES)}, got {mode!r}")
     t0 = time.monotonic()
-    with db._exclusive(timeout) as conn:
-        busy, frames, done = conn.execute(f"PRAGMA wal_checkpoint({name})").fetchone()
+    with db._checkpoint_turn(timeout) as ours:
+        if not ours:
+            raise _checkpoint_timeout("checkpoint()", timeout)
+        with db._exclusive(_left("checkpoint()", timeout, t0)) as conn:
+            busy, frames, done = conn.execute(f"PRAGMA wal_checkpoint({name})").fetchone()
     return CheckpointResult(
         name, bool(busy), max(0, int(frames)), max(0, int(done)), _size(db.path + "-wal"),
         time.monotonic() - t0,
     )  # fmt: skip
+
+
+def _left(what: str, timeout: float | None, t0: float) -> float | None:
+    """What is left of ``timeout`` (None: the database's default) since
+    ``t0``, once the checkpoint lock is held; WriteTimeout if nothing is."""
+    if timeout is None:
+        return None
+    left = timeout - (time.monotonic() - t0)
+    if left <= 0:  # the wait for the checkpoint lock took it all
+        raise _checkpoint_timeout(what, timeout)
+    return left
+
+
+def _checkpoint_timeout(what: str, timeout: float | None) -> WriteTimeout:
+    limit = "the database's timeout" if timeout is None else f"{timeout:g} s"
+    return WriteTimeout(
+        f"{what}: another checkpoint of this file (litegate's background checkpointer, or "
+        f"maintenance in another process) did not end within {limit}; litegate runs its "
+        "checkpoints one at a time. Raise timeout= or try again"
+    )
 
 
 def optimize(db: _Target, *, timeout: float | None = None) -> OptimizeResult:

@@ -61,6 +61,7 @@ from typing import Any
 import litegate
 import litegate.aio
 from litegate import _filelock, _grantlog
+from tests.litegate import ckptlog
 from tests.litegate.workers import on_threads
 
 # Every policy on one file at once; worker w gets POLICIES[w % 8]. One in
@@ -76,6 +77,10 @@ POLICIES: tuple[Any, ...] = (
 # The grant log's time bounds get this much slack: a worker stopped for up to
 # 50 ms holds the gate (or is handed it) that long, and 2 busy cores add more.
 SLACK_NS = 250_000_000
+# Commits between checkpoint rounds (the profile's wal_autocheckpoint), per
+# worker: small, so that checkpoints, RESTART turns and the restarts of the
+# log they lead to come many times a second.
+CHECKPOINT_EVERY = (20, 50, 200)
 UNFAIR_TIMEOUT = 0.05
 _INSERT = "INSERT INTO acks(w, inc, seq) VALUES (?, ?, ?)"
 
@@ -87,11 +92,13 @@ def _insert(row: tuple[int, int, int], conn: sqlite3.Connection) -> None:
 def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, parent: int) -> None:
     """Worker ``w``'s incarnation ``inc``: write until the stop file exists
     (or the soak that started it is gone)."""
+    ckptlog.install_from_env(path)  # (when the soak checks checkpoints against commits)
     fair = POLICIES[w % len(POLICIES)]
     limit = UNFAIR_TIMEOUT if fair is False else 60.0
     # One worker in three combines its writes with the others' (one of them
     # the combiner, SIGKILLed like any worker, wherever it is).
-    db = litegate.connect(path, timeout=limit, fair=fair, combine=w % 3 == 0)
+    every = {"wal_autocheckpoint": CHECKPOINT_EVERY[w % len(CHECKPOINT_EVERY)]}
+    db = litegate.connect(path, timeout=limit, fair=fair, combine=w % 3 == 0, pragmas=every)
     fd = os.open(
         os.path.join(folder, f"acks-{w}-{inc}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
@@ -147,7 +154,7 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
         """Odd workers also write from asyncio tasks (a second Database on
         the file in the same process, so one gate for both), cancelling some
         writes while they wait."""
-        adb = await litegate.aio.connect(path, timeout=limit, fair=fair)
+        adb = await litegate.aio.connect(path, timeout=limit, fair=fair, pragmas=every)
 
         async def task(j: int) -> None:
             rnd = random.Random(seed * 100 + k * 1000 + j)
@@ -192,6 +199,7 @@ class SoakResult:
     lost: int = 0
     twice: int = 0  # writes applied more than once (combined writes must never be)
     check: dict[str, int] = field(default_factory=dict)
+    checkpoints: ckptlog.CheckResult | None = None
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -207,6 +215,7 @@ class SoakResult:
             f"{c.get('free_gaps', '-')} free gaps (worst wait past a time budget "
             f"{c.get('worst_over_budget_ns', 0) / 1e6:.1f} ms, worst free gap "
             f"{c.get('worst_free_gap_ns', 0) / 1e6:.1f} ms); "
+            + (f"checkpoints: {self.checkpoints.summary()}; " if self.checkpoints else "")
             + ("OK" if not self.problems else "PROBLEMS: " + "; ".join(self.problems))
         )
 
@@ -246,8 +255,12 @@ def run(
     seed: int = 1,
     stall_s: float = 10.0,
     progress: bool = False,
+    checkpoints: bool = True,
 ) -> SoakResult:
-    """One soak on a fresh database; the result lists what went wrong."""
+    """One soak on a fresh database; the result lists what went wrong.
+    ``checkpoints``: every worker also logs its checkpoints and commits
+    (``ckptlog``), checked at the end: no checkpoint while a commit
+    restarted the log, no two at once, one checkpointer at a time."""
     rnd = random.Random(seed)
     result = SoakResult(seconds)
     with tempfile.TemporaryDirectory(prefix="litegate-soak-") as folder:
@@ -267,6 +280,12 @@ def run(
             procs[w] = (p, inc)
 
         grants_folder = os.path.join(folder, "grants")
+        ckpt_folder = os.path.join(folder, "checkpoints")
+        kills: dict[int, tuple[int, int]] = {}  # pid -> ns just before and after its SIGKILL
+        end_ns = 0
+        if checkpoints:
+            os.mkdir(ckpt_folder)
+            os.environ[ckptlog._ENV] = ckpt_folder  # (inherited by every worker)
         with _grantlog.logging_to(grants_folder):  # (inherited by every worker)
             try:
                 for w in range(workers):
@@ -316,10 +335,13 @@ def run(
                         os.kill(p.pid, signal.SIGCONT)
                         result.stops += 1
                     else:
+                        before = time.monotonic_ns()
                         os.kill(p.pid, signal.SIGKILL)
+                        kills[p.pid] = (before, time.monotonic_ns())
                         p.join(10)
                         result.kills += 1
                         start(w)
+                end_ns = time.monotonic_ns()
                 open(os.path.join(folder, "stop"), "w").close()
                 for p, _inc in procs.values():
                     p.join(60)
@@ -327,6 +349,7 @@ def run(
                 if hung:
                     result.problems.append(f"workers {hung} did not stop\n{_dump(path, procs)}")
             finally:  # stopped or not, none outlives the soak (a stopped one dies too)
+                os.environ.pop(ckptlog._ENV, None)
                 for p, _inc in procs.values():
                     if p.exitcode is None:
                         p.kill()
@@ -357,6 +380,9 @@ def run(
         for what in ("overlaps", "out_of_order", "over_overtakes", "over_budget", "free_gaps"):
             if result.check[what]:
                 result.problems.append(f"grant log: {what} = {result.check[what]}")
+        if checkpoints:
+            result.checkpoints = ckptlog.check(ckpt_folder, kills, end_ns)
+            result.problems += result.checkpoints.problems()
     return result
 
 

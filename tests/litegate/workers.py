@@ -174,3 +174,28 @@ def execute_worker(path: str, threads: int, iters: int) -> int:
     db.close()
     # more than one statement per transaction somewhere shows batching happened
     return len(errors) + (100 if batches >= threads * iters else 0)
+
+
+def keep_open(path: str, ready: Event, stop: str, checkpoints: object = True) -> None:
+    """Open the database (its checkpointer thread starts with it), commit
+    once, tell the parent, and keep it open until the file ``stop`` exists
+    (a file, not an Event: a sibling SIGKILLed inside Event.wait() leaves
+    the Event's lock taken for good)."""
+    db = litegate.connect(path, timeout=60, checkpoints=checkpoints)  # type: ignore[arg-type]
+    db.execute("INSERT INTO t(v) VALUES (?)", (os.getpid(),))
+    ready.set()
+    deadline = time.monotonic() + 600
+    while not os.path.exists(stop) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    db.close()
+
+
+def commit_from(path: str, n: int) -> int:
+    """``n`` one-row commits through litegate; returns this process's view
+    of the file's checkpointer: (its pid) as stats() report it."""
+    db = litegate.connect(path, timeout=60)
+    for i in range(n):
+        db.execute("INSERT INTO t(v) VALUES (?)", (i,))
+    pid = db.stats()["checkpoints"]["checkpointer_pid"]
+    db.close()
+    return int(pid or 0)

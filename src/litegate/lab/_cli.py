@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cache, contention, durability, fairness, micro, queue, tasks, web
+from . import cache, contention, durability, fairness, micro, queue, replication, tasks, web
 from ._args import positive_float as _positive_float
 from ._args import positive_int as _positive_int
 from ._progress import Progress
@@ -42,6 +42,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     fairness.NAME: fairness,
     micro.NAME: micro,
     queue.NAME: queue,
+    replication.NAME: replication,
     tasks.NAME: tasks,
     web.NAME: web,
 }

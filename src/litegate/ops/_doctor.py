@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from .._checkpoint import litestream_markers, wal_reset_fixed
 from .._database import _check_path as check_path
 from .._database import orphan_log
 from .._errors import OpenError
@@ -30,6 +31,8 @@ from ._inspect import (
     GateSnapshot,
     Ticket,
     gate_snapshot,
+    litestream_asked,
+    mappers,
     read_here,
     sqlite_locks,
     wal_index,
@@ -149,6 +152,13 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
             # the schema, which every connection reads first (a schema format
             # SQLite does not know fails here, and connect() with it)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            pragmas["litestream_tables"] = (
+                conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                    "AND name IN ('_litestream_seq', '_litestream_lock')"
+                ).fetchone()[0]
+                > 0
+            )
             if check:
                 rows = conn.execute("PRAGMA quick_check(10)").fetchall()
                 quick = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
@@ -499,11 +509,83 @@ def _lock_findings(rep: Report) -> None:
     else:
         add(Finding("SQLite write lock", OK, "free"))
     _gate_finding(rep, gate, held_for)
+    _checkpoint_findings(rep, gate)
     if sl.reader_pids:
         add(Finding("readers", OK, f"pids {', '.join(map(str, sl.reader_pids))} hold read marks"))
     wi = wal_index(path)
     if wi is not None:
         rep.facts["wal_index"] = asdict(wi)
+
+
+def _checkpoint_findings(rep: Report, gate: GateSnapshot) -> None:
+    """Who checkpoints the file, SQLite's WAL-reset bug, Litestream, mmap."""
+    path, add, facts = rep.path, rep.findings.append, rep.facts
+    users = sorted(set(gate.pids) | set(openers([path, path + "-wal", path + "-shm"])))
+    users = [p for p in users if p != os.getpid()]
+    foreign = [p for p in users if p not in gate.pids]
+    version = sqlite3.sqlite_version
+    fixed = wal_reset_fixed(version)
+    facts["sqlite_version"] = version
+    facts["wal_reset_fixed"] = fixed
+    if fixed:
+        add(Finding("SQLite library", OK, f"{version} (this Python's), with the fix for SQLite's "
+                    "WAL-reset bug"))  # fmt: skip
+    else:
+        detail = (
+            f"{version} (this Python's) is older than the fix for SQLite's WAL-reset bug "
+            "(3.51.3, or 3.50.7 and 3.44.6 on their lines): a checkpoint that starts while "
+            "another connection's commit restarts the WAL can corrupt the database. litegate's "
+            "own checkpoints never run while a litegate commit can restart the WAL (README, "
+            '"How it works"); it cannot do that for connections that do not go through '
+            "litegate (the sqlite3 shell, another program, Litestream's own checkpoints)"
+        )
+        if foreign:
+            add(Finding(
+                "SQLite library", WARN,
+                detail + f"; pid(s) {', '.join(map(str, foreign))} have the database open "
+                "without litegate",
+                "use a Python whose sqlite3 links SQLite 3.51.3 or later (python -c 'import "
+                "sqlite3; print(sqlite3.sqlite_version)'), or keep other programs' writes and "
+                "checkpoints off this file while litegate's processes run",
+                "SQLite's wal.html, section \"The WAL-Reset Bug\"",
+            ))  # fmt: skip
+        else:
+            add(Finding("SQLite library", OK, detail + "; no process has it open without "
+                        "litegate now"))  # fmt: skip
+    if gate.checkpointer_pid:
+        facts["checkpointer_pid"] = gate.checkpointer_pid
+        n = len(gate.pids)
+        detail = f"pid {gate.checkpointer_pid} checkpoints this file (one per file, elected "
+        add(Finding("checkpointer", OK, detail + f"among the {n} litegate process(es))"))
+    elif gate.pids:
+        detail = "none seated: the litegate processes using the file run with checkpoints=False"
+        add(Finding("checkpointer", OK, detail + " (SQLite's auto-checkpoint, inside commits)"))
+    markers = litestream_markers(path) or bool(facts.get("litestream_tables"))
+    asked = litestream_asked(path)
+    if markers or asked:
+        why = " and ".join(
+            w
+            for w, on in (
+                ("its tables or its .<name>-litestream folder are there", markers),
+                ('a process opened it with checkpoints="litestream"', asked),
+            )
+            if on
+        )
+        detail = f"set up on this file ({why}): litegate's checkpointer copies frames back "
+        add(Finding("Litestream", OK, detail + "(PASSIVE) but leaves restarting the WAL to it"))
+    mapping = [p for p in mappers(path) if p != os.getpid()]
+    if mapping and len(users) > 1:
+        add(Finding(
+            "memory-mapped I/O", WARN,
+            f"pid(s) {', '.join(map(str, mapping))} read the database through memory-mapped "
+            f"I/O (mmap_size > 0) while {len(users)} processes use the file",
+            "set mmap_size to 0 for them (pragmas={\"mmap_size\": 0}, or a profile without "
+            "it: default, balanced, conservative)",
+            "SQLite's mmap.html: with memory-mapped I/O an I/O error is a signal that ends the "
+            "process instead of an error, and the OS must keep mapped and read() pages the same "
+            "\"especially in situations where two processes are accessing the same database "
+            "file\"; a damaged page is read by every process that maps it",
+        ))  # fmt: skip
 
 
 def _sidecar_advice(sidecar: str, gate: GateSnapshot) -> str:

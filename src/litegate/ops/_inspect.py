@@ -25,8 +25,11 @@ from .._filelock import (
     _SLOT_LOCK_BASE,
     _TICKET_LIMIT,
     is_gate_lock,
+    is_seat_lock,
+    litestream_lock_offset,
     read_counters,
     read_queue,
+    seat_lock_offset,
     slot_of_lock,
 )
 from .._files import SIDECAR
@@ -158,9 +161,11 @@ class GateSnapshot:
     waiting: list[Ticket] = field(default_factory=list)  # live sleepers, in ticket order
     dead: list[Ticket] = field(default_factory=list)  # died asleep in the queue: passed over
     pids: list[int] = field(default_factory=list)  # processes with the sidecar open
+    checkpointer_pid: int | None = None  # the process whose checkpointer holds the seat
 
 
 _GATE_SLOT = -1  # the key of the gate lock's holder in _slot_owners
+_SEAT_SLOT = -2  # ... and of the checkpointer's seat
 
 
 def _slot_owners(sidecar: str, own_fd: int = -1) -> tuple[dict[int, int], list[int]]:
@@ -199,7 +204,13 @@ def _slot_owners(sidecar: str, own_fd: int = -1) -> tuple[dict[int, int], list[i
                     lk = _parse_lock(line.split("\t", 1)[1])
                     if lk is None or lk.blocked:
                         continue
-                    slot = _GATE_SLOT if is_gate_lock(lk.start) else slot_of_lock(lk.start)
+                    slot = (
+                        _GATE_SLOT
+                        if is_gate_lock(lk.start)
+                        else _SEAT_SLOT
+                        if is_seat_lock(lk.start)
+                        else slot_of_lock(lk.start)
+                    )
                     if slot is not None:
                         owners[slot] = pid
     return owners, sorted(pids)
@@ -306,6 +317,11 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
     snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, grants=grants, pids=pids)
     # The kernel says whether the gate is held, right now: a holder that died
     # lost its lock with its life, and the gate is free (nothing else to say).
+    # The same for the checkpointer's seat.
+    if _locked(fd, seat_lock_offset()):
+        snap.checkpointer_pid = owners.get(_SEAT_SLOT) or int(
+            counters.get("checkpointer_pid", 0) or 0
+        )
     if _locked(fd, _GATE):
         snap.holder = Ticket(grants, "holding", owners.get(_GATE_SLOT))
     table = read_queue(sidecar) if magic == _MAGIC and os.fstat(fd).st_size >= _SIZE else None
@@ -324,6 +340,63 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
     for t in found:
         (snap.waiting if t.alive else snap.dead).append(t)
     return snap
+
+
+def litestream_asked(path: str) -> bool:
+    """Whether a process has the database open with
+    ``checkpoints="litestream"`` (it read-locks a byte of the sidecar)."""
+    try:
+        fd = os.open(path + SIDECAR, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _locked(fd, litestream_lock_offset())
+    finally:
+        os.close(fd)
+
+
+def mappers(path: str) -> list[int]:
+    """The pids of processes that map the database file itself into memory
+    (``mmap_size`` > 0: SQLite reads its pages through the mapping), from
+    /proc/<pid>/maps (processes this user may look at)."""
+    try:
+        st = os.stat(path)
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) >= 5 and parts[4] == str(st.st_ino) and parts[3] == dev:
+                        found.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def checkpointer_pid(path: str) -> int | None:
+    """The pid of the process whose checkpointer is seated on database
+    ``path`` (None: no litegate process checkpoints it now), from the
+    sidecar and the kernel's locks; it only reads."""
+    sidecar = path + SIDECAR
+    try:
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not _locked(fd, seat_lock_offset()):
+            return None
+    finally:
+        os.close(fd)  # (OFD locks: closing this drops none of them)
+    counters = read_counters(sidecar) or {}
+    return int(counters.get("checkpointer_pid", 0)) or None
 
 
 def _fd_here(ident: tuple[int, int]) -> int | None:

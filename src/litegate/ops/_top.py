@@ -13,7 +13,16 @@ import tty
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._inspect import GateSnapshot, SqliteLocks, WalIndex, gate_snapshot, sqlite_locks, wal_index
+from .._checkpoint import litestream_markers
+from ._inspect import (
+    GateSnapshot,
+    SqliteLocks,
+    WalIndex,
+    gate_snapshot,
+    litestream_asked,
+    sqlite_locks,
+    wal_index,
+)
 
 
 @dataclass
@@ -23,6 +32,7 @@ class Sample:
     locks: SqliteLocks
     wal: WalIndex | None
     wal_bytes: int
+    litestream: bool = False  # asked for (checkpoints="litestream") or its folder is there
 
 
 @dataclass
@@ -61,7 +71,11 @@ def sample(path: str) -> Sample:
         wal_bytes = os.path.getsize(path + "-wal")
     except OSError:
         wal_bytes = 0
-    return Sample(time.time(), gate_snapshot(path), sqlite_locks(path), wal_index(path), wal_bytes)
+    litestream = litestream_asked(path) or litestream_markers(path)
+    return Sample(
+        time.time(), gate_snapshot(path), sqlite_locks(path), wal_index(path), wal_bytes,
+        litestream,
+    )  # fmt: skip
 
 
 def _mib(n: int) -> str:
@@ -102,6 +116,8 @@ def render(view: View) -> Any:
         if g.dead:
             t.add_row("died", " ".join(f"pid {d.pid or '?'} ({d.state})" for d in g.dead))
         t.add_row("gate turns/s", f"{view.grants_per_s:,.0f}")
+        who = f"pid {g.checkpointer_pid}" if g.checkpointer_pid else "none"
+        t.add_row("checkpointer", who + ("  (Litestream restarts the WAL)" if s.litestream else ""))
     lk = s.locks
     t.add_row("SQLite writer", " ".join(map(str, lk.writer_pids)) or "free")
     t.add_row("readers", " ".join(map(str, lk.reader_pids)) or "-")

@@ -549,3 +549,110 @@ def test_doctor_checks_the_queue_counts_and_offers_recount(
         assert q.recount()["done"] == 0
     assert main(["doctor", db_path]) == 0
     assert "queue counts: match the jobs" in capsys.readouterr().out
+
+
+OPEN_AND_WAIT = """\
+import sys, litegate, sqlite3
+kind = sys.argv[2]
+if kind == "plain":  # a program that does not use litegate
+    conn = sqlite3.connect(sys.argv[1])
+    conn.execute("SELECT count(*) FROM t").fetchone()
+else:
+    pragmas = {"mmap_size": 1 << 20} if kind == "mmap" else {}
+    db = litegate.connect(sys.argv[1], pragmas=pragmas,
+                          checkpoints="litestream" if kind == "litestream" else True)
+    db.execute("INSERT INTO t VALUES (7)")
+    db.checkpoint("TRUNCATE")  # (so that reads come from the file, through the mapping)
+    db.query("SELECT count(*) FROM t")
+print("open", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _open_in(db_path: str, kind: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OPEN_AND_WAIT, db_path, kind], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "open"
+    return proc
+
+
+def _finding(path: str, check: str) -> dict[str, str] | None:
+    found = [f for f in diagnose(path, check=False).as_dict()["findings"] if f["check"] == check]
+    return found[0] if found else None
+
+
+def test_doctor_names_the_checkpointer_and_the_sqlite_library(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which process checkpoints the file (one per file), this Python's
+    SQLite and, before the WAL-reset fix, what litegate covers and what it
+    cannot: a process with the file open that does not use litegate is a
+    warning, with its pid."""
+    import sqlite3 as sq
+
+    from litegate.ops import _doctor
+
+    monkeypatch.setattr(_doctor, "wal_reset_fixed", lambda _v=None: False)
+    made(db_path)
+    procs = [_open_in(db_path, "litegate"), _open_in(db_path, "litegate")]
+    try:
+        report = diagnose(db_path, check=False)
+        assert report.facts["sqlite_version"] == sq.sqlite_version
+        ckpt = _finding(db_path, "checkpointer")
+        assert ckpt is not None
+        assert report.facts["checkpointer_pid"] in {p.pid for p in procs}
+        assert ckpt["detail"].startswith(f"pid {report.facts['checkpointer_pid']} checkpoints")
+        lib = _finding(db_path, "SQLite library")
+        assert lib is not None
+        assert lib["status"] == "ok"
+        assert "older than the fix for SQLite's WAL-reset bug" in lib["detail"]
+        assert "cannot do that for connections that do not go through litegate" in lib["detail"]
+        plain = _open_in(db_path, "plain")
+        procs.append(plain)
+        lib = _finding(db_path, "SQLite library")
+        assert lib is not None
+        assert lib["status"] == "warn"
+        assert f"pid(s) {plain.pid} have the database open without litegate" in lib["detail"]
+    finally:
+        for p in procs:
+            p.communicate("\n", timeout=30)
+    monkeypatch.setattr(_doctor, "wal_reset_fixed", lambda _v=None: True)
+    lib = _finding(db_path, "SQLite library")
+    assert lib is not None
+    assert lib["detail"].endswith("with the fix for SQLite's WAL-reset bug")
+
+
+def test_doctor_says_litestream_mode_and_warns_of_mmap_with_several_processes(
+    db_path: str,
+) -> None:
+    made(db_path)
+    assert _finding(db_path, "Litestream") is None
+    asking = _open_in(db_path, "litestream")
+    try:
+        found = _finding(db_path, "Litestream")
+        assert found is not None
+        assert 'a process opened it with checkpoints="litestream"' in found["detail"]
+    finally:
+        asking.communicate("\n", timeout=30)
+    mapping = _open_in(db_path, "mmap")
+    try:
+        assert _finding(db_path, "memory-mapped I/O") is None  # one process: nothing to say
+        other = _open_in(db_path, "litegate")
+        try:
+            warned = _finding(db_path, "memory-mapped I/O")
+            assert warned is not None
+            assert warned["status"] == "warn"
+            assert warned["detail"].startswith(f"pid(s) {mapping.pid} read the database")
+        finally:
+            other.communicate("\n", timeout=30)
+    finally:
+        mapping.communicate("\n", timeout=30)
+    with closing(sqlite3.connect(db_path)) as conn:
+        conn.execute("CREATE TABLE _litestream_seq (id INTEGER PRIMARY KEY, seq INTEGER)")
+    found = _finding(db_path, "Litestream")
+    assert found is not None
+    assert "its tables or its .<name>-litestream folder are there" in found["detail"]

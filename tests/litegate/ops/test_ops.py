@@ -190,3 +190,4 @@ def test_top_in_a_pseudo_terminal_while_writers_run(db_path: str) -> None:
     assert re.search(rf"processes\s+{os.getpid()}\b", text), text[-2000:]
     assert re.search(r"commits/s\s+[1-9]", text), text[-2000:]  # the writers were seen
     assert "WAL" in text
+    assert re.search(rf"checkpointer\s+pid {os.getpid()}\b", text), text[-2000:]
