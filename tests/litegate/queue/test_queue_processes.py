@@ -144,7 +144,15 @@ def test_random_sigkills_lose_nothing_and_ack_nothing_twice(queue_db: str, tmp_p
         start(role)
     kills = 0
     end = time.monotonic() + 6.0
-    while time.monotonic() < end:
+    give_up = end + 90.0
+
+    def produced() -> int:
+        return sum(len(ids) for k in range(2) for ids in read_lines(tmp_path / f"p{k}.jsonl"))
+
+    # At least 6 s of kills, and on until the producers have put over 100
+    # jobs: on a busy machine a spawned process (a PostgreSQL connection
+    # included) can take longer to start than the kills leave it.
+    while time.monotonic() < end or (produced() <= 100 and time.monotonic() < give_up):
         time.sleep(rnd.uniform(0.2, 0.5))
         role = rnd.choice(sorted(roles))
         os.kill(running[role].pid, signal.SIGKILL)
