@@ -17,6 +17,9 @@ Modes (how the children wait):
   process, shared by its threads), each thread calls ``db.execute()``.
 - ``litegate-strict``: the same with ``fair="strict"`` (a direct hand-off
   every grant, the policy before bounded fairness), for comparison.
+- ``litegate-combined``: ``litegate.connect(combine=True)`` in every child
+  and in the parent: the processes' single-statement writes are committed
+  together by one of them, one transaction for what all have queued.
 
 Parents (one table each):
 
@@ -136,9 +139,14 @@ NAME = "contention"
 HELP = "seed 000: parent holds the write lock, P processes x T threads each want one write"
 
 STRATEGY_MODES = ("constant", "backoff", "jitter", "ceiling", "reversed")
-MODES = ("sqlite-default", *STRATEGY_MODES, "litegate", "litegate-strict")
+MODES = ("sqlite-default", *STRATEGY_MODES, "litegate", "litegate-strict", "litegate-combined")
 # litegate's modes and the write gate's policy each opens its databases with
-LITEGATE_MODES: dict[str, bool | str] = {"litegate": True, "litegate-strict": "strict"}
+LITEGATE_MODES: dict[str, bool | str] = {
+    "litegate": True,
+    "litegate-strict": "strict",
+    "litegate-combined": True,
+}
+COMBINED_MODES = ("litegate-combined",)  # litegate's modes that open with combine=True
 PARENTS = ("same", "foreign")
 PARENT_TITLES = {
     "same": "parent takes the lock like its children (litegate mode: db.write())",
@@ -416,6 +424,7 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
                 timeout=spec.timeout,
                 busy=spec.litegate_busy,
                 fair=LITEGATE_MODES[spec.mode],
+                combine=spec.mode in COMBINED_MODES,
             )
         writers = [_writer(spec, db, f"{pid}:{i}") for i in range(spec.threads)]
         cleanups = [c for _, c in writers]
@@ -528,7 +537,9 @@ def _parent_lock(
     """Yields a factory of write transactions for the parent."""
     patience = 60.0  # the parent must never be the one that fails
     if parent == "same" and mode in LITEGATE_MODES:
-        db = litegate.connect(path, timeout=patience, fair=LITEGATE_MODES[mode])
+        db = litegate.connect(
+            path, timeout=patience, fair=LITEGATE_MODES[mode], combine=mode in COMBINED_MODES
+        )
         try:
             yield db.write
         finally:

@@ -34,7 +34,7 @@ def test_full_matrix_is_the_seeds() -> None:
     assert [c.key for c in contention.FULL_CELLS[:4]] == ["4/2/0", "4/4/0", "8/2/0", "8/4/0"]
     assert contention.MODES == (
         "sqlite-default", "constant", "backoff", "jitter", "ceiling", "reversed", "litegate",
-        "litegate-strict",
+        "litegate-strict", "litegate-combined",
     )  # fmt: skip
 
 
