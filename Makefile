@@ -10,12 +10,12 @@ LITESTREAM := .tools/bin/litestream
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: litestream demo test lint typecheck unit fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-cache bench-web bench-replication hey clean
+.PHONY: litestream demo test lint typecheck unit docs chromium fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-cache bench-web bench-replication hey clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web,ops,postgres]'
+	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web,ops,postgres,docs]'
 	touch $(STAMP)
 
 $(HEY):
@@ -55,8 +55,31 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src tests demo
 
-unit: $(STAMP) $(HEY) $(LITESTREAM) fuse redis
+# pytest runs everything under tests/, the documentation's build and browser
+# check (tests/docs) included.
+unit: $(STAMP) $(HEY) $(LITESTREAM) fuse redis chromium
 	$(VENV)/bin/pytest
+
+# The documentation site (MkDocs + Material, the API reference from the
+# docstrings by mkdocstrings) into site/; a warning fails it: a broken link,
+# a missing anchor, a reference it cannot resolve. make test builds it too
+# (tests/docs) and opens three of its pages in headless Chromium.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Debian's chromium for the documentation's browser check (tests/docs):
+# installed where missing (as root, with apt-get); elsewhere the check skips
+# and says so.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the documentation's browser check"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+			|| echo "apt-get could not install chromium: the documentation's browser check will skip"; \
+	else \
+		echo "chromium is missing and this is not root with apt-get: the documentation's browser check will skip"; \
+	fi
 
 # libfuse 3 for the power-cut filesystem of `bench durability` and its tests:
 # from the distribution's packages where missing (as root, with apt-get).
@@ -202,4 +225,4 @@ bench-replication: $(STAMP) $(LITESTREAM)
 	$(VENV)/bin/litegate bench replication --runs 3 --seconds 10 --out results/replication
 
 clean:
-	rm -rf $(VENV) .tools .venv-django42 .venv-django6 $(SQLA20) .mypy_cache .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) site .tools .venv-django42 .venv-django6 $(SQLA20) .mypy_cache .pytest_cache .ruff_cache .cache

@@ -2,8 +2,8 @@
 
 Writes go through a fair write gate (in-process FIFO, then a cross-process
 lock the kernel releases if its holder dies, then ``BEGIN IMMEDIATE``); reads
-through a fair pool of read-only connections. See the README for the
-guarantees.
+through a fair pool of read-only connections. The guarantees are in the
+documentation (``docs/guarantees.md``).
 """
 
 from ._busy import STRATEGIES as BUSY_STRATEGIES

@@ -71,6 +71,8 @@ STRATEGIES: dict[str, BusyStrategy] = {
     "reversed": reversed_,
     "sqlite-default": sqlite_default,
 }
+"""The busy strategies by name, for ``connect(busy=...)``: how a writer waits
+for SQLite's lock held by a writer that does not go through litegate."""
 
 
 def get_strategy(busy: str | BusyStrategy) -> tuple[str, BusyStrategy]:

@@ -46,6 +46,9 @@ class _Target(Protocol):
 
 
 class BackupResult(NamedTuple):
+    """What ``db.backup(dest)`` did: the copy's path and size in bytes and pages,
+    and how long it took in seconds."""
+
     path: str
     bytes: int
     pages: int
@@ -53,6 +56,10 @@ class BackupResult(NamedTuple):
 
 
 class VacuumResult(NamedTuple):
+    """What ``db.vacuum()`` did: the file's size before and after (in bytes and
+    pages), the free pages it dropped, the seconds it took, and the new file
+    (``into=``) or ``None``."""
+
     bytes_before: int
     bytes_after: int  # the file vacuumed (or the new file, with into=)
     pages_before: int
@@ -63,6 +70,10 @@ class VacuumResult(NamedTuple):
 
 
 class CheckpointResult(NamedTuple):
+    """What ``db.checkpoint(mode)`` did: SQLite's answer (``busy``: a reader or
+    writer kept it from finishing; the frames in the WAL and those copied back),
+    the WAL's size after it, and the seconds it took."""
+
     mode: str
     busy: bool  # a reader or writer kept the checkpoint from finishing
     wal_frames: int  # frames in the WAL (before a TRUNCATE/RESTART reset)
@@ -72,6 +83,8 @@ class CheckpointResult(NamedTuple):
 
 
 class OptimizeResult(NamedTuple):
+    """What ``db.optimize()`` did (``PRAGMA optimize``): the seconds it took."""
+
     seconds: float
 
 

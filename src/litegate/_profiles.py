@@ -37,6 +37,10 @@ PROFILES: dict[str, dict[str, PragmaValue]] = {
         "mmap_size": 134217728,
     },
 }
+"""The PRAGMA profiles by name, for ``connect(profile=...)``: ``conservative``,
+``balanced`` and ``aggressive``, and litegate's ``default`` (``balanced`` plus
+``foreign_keys=ON``)."""
+
 # litegate's own default. Until `litegate bench micro` (A/B of profiles) has
 # measured a better choice on real workloads, it is "balanced" plus
 # foreign_keys, which seed 004's production section also turns on.

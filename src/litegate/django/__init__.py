@@ -14,7 +14,7 @@ transaction begun otherwise (manual transactions, ``BEGIN`` sent as SQL,
 Reads take no gate. ``BEGIN`` / ``COMMIT`` / ``END`` / ``ROLLBACK`` sent
 through a cursor inside ``atomic()`` raise :class:`TransactionControlError`;
 the PRAGMAs that would break the file for other connections raise
-``litegate.ConfigError``. See the README's Django section.
+``litegate.ConfigError``. Guide: ``docs/guides/django.md``.
 
 ``with litegate.django.read_only():`` is an ``atomic()`` block that only
 reads: no gate, writes refused with :class:`ReadOnlyScopeError`.

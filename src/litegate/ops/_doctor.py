@@ -50,6 +50,10 @@ HOLD_PROBE = 0.25
 
 @dataclass
 class Finding:
+    """One check of ``litegate doctor``: its name, its status (``"ok"``,
+    ``"warn"`` or ``"action"``), what it found, and what to do about it with
+    the command (``advice``) and why (``reason``)."""
+
     check: str
     status: str  # ok, warn, action
     detail: str
@@ -59,6 +63,10 @@ class Finding:
 
 @dataclass
 class Report:
+    """What ``diagnose(path)`` found: the file's facts (journal mode, sizes,
+    SQLite version, ...) and the findings, in the order ``litegate doctor``
+    prints them."""
+
     path: str
     facts: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)

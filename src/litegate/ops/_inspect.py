@@ -104,6 +104,8 @@ class SqliteLocks:
 
 
 def sqlite_locks(path: str, locks: list[LockLine] | None = None) -> SqliteLocks:
+    """Who holds SQLite's own locks on the database at ``path`` right now, from
+    ``/proc/locks`` (or ``locks``, already read); it takes no lock itself."""
     locks = proc_locks() if locks is None else locks
     shm = _ident(path + "-shm")
     if shm is not None:
@@ -256,6 +258,10 @@ def _grants(fd: int) -> int:
 
 
 def gate_snapshot(path: str) -> GateSnapshot:
+    """litegate's cross-process queue for the database at ``path``, read from
+    its ``-litegate`` sidecar and the kernel's locks without taking any: the
+    holder, the sleepers in ticket order, those that died asleep, the
+    processes that have the sidecar open and the seated checkpointer."""
     sidecar = path + SIDECAR
     if not os.path.lexists(sidecar):
         return GateSnapshot(sidecar=False, valid=False)  # connect() creates it

@@ -14,7 +14,7 @@ Leases with ownership tokens, retries with back-off, dead letters, dedupe
 keys, priorities and delays; every mutation goes through litegate's write
 gate (no "database is locked"), and calls from many threads share commits.
 ``litegate.queue.aio`` has the same methods, awaitable; ``litegate worker``
-runs a function over a queue. See the README's Queue section.
+runs a function over a queue. Guide: ``docs/guides/queue.md``.
 """
 
 from ._core import STATES, Also, Finished, Job, JobInfo, UndecodablePayload

@@ -65,4 +65,4 @@ class CommitUnknown(QueueError):
     a dedupe ``key=`` on ``put``) before doing a ``put`` again. An ``ack``,
     ``fail``, ``extend`` or ``release`` may be called again with the same
     Job: if the first try committed, the retry finds that by the job's
-    token and reports success (see the README's "A lost answer")."""
+    token and reports success (the queue guide's "A lost answer")."""

@@ -169,7 +169,7 @@ class Queue(QueueFace):
     :meth:`close` closes it). Tables are created on first use. Every
     method is thread-safe and goes through litegate's write path: calls from
     many threads are group-committed, calls from many processes queue fairly
-    for the write gate. See the README's Queue section for the guarantees.
+    for the write gate. The guarantees: ``docs/guides/queue.md``.
 
     ``db`` may also be a ``postgresql://`` URL or a psycopg_pool
     ``ConnectionPool`` (the ``postgres`` extra): the same queue, methods and

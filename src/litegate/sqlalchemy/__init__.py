@@ -38,6 +38,7 @@ from ._pool import AsyncFairQueuePool, FairQueuePool
 from ._scope import read_only
 
 dialect = LitegateDialect
+"""The dialect SQLAlchemy loads for ``sqlite+litegate://`` (its entry point)."""
 
 __all__ = [
     "AsyncFairQueuePool",

@@ -10,7 +10,7 @@ Its own SQLite file by default (``OPTIONS["database"]``: a table in an app
 database instead); writes through litegate's write gate and group commit,
 reads from its read pool; ``add``/``incr``/``decr`` atomic across processes;
 first-in-first-out eviction by entries and bytes, and expiry, in batches on
-a background thread. See the README's "Django cache" section.
+a background thread. Guide: ``docs/guides/django-cache.md``.
 """
 
 from ._backend import CacheSettingsError, LitegateCache

@@ -85,8 +85,8 @@ class LitegateCache(BaseCache):
 
     ``add``, ``incr`` and ``decr`` are one statement each (atomic across
     processes); the oldest entries are evicted first once a bound is passed,
-    and expired ones are deleted in batches by a background thread. See the
-    README's "Django cache" section.
+    and expired ones are deleted in batches by a background thread. Guide:
+    ``docs/guides/django-cache.md``.
     """
 
     def __init__(self, location: object, params: dict[str, Any]) -> None:
