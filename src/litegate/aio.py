@@ -32,7 +32,6 @@ Cancellation and timeouts:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import math
 import sqlite3
@@ -56,7 +55,16 @@ from ._database import (
 )
 from ._database import connect as _connect
 from ._errors import Closed, NestedWriteError, PoolTimeout, WriteTimeout
-from ._fair import CREATE, QUEUED, FairLock, HandoffQueue, QueueClosed
+from ._fair import (
+    CREATE,
+    FairLock,
+    HandoffQueue,
+    QueueClosed,
+    QueueTimeout,
+    call_soon,
+    set_done,
+    wait_turn,
+)
 from ._guard import WriterConnection
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._time import seconds
@@ -65,18 +73,6 @@ __all__ = ["AsyncDatabase", "connect"]
 
 T = TypeVar("T")
 _ASYNC_OWNER = -1  # writer_owner while an asyncio task holds the gate (no thread does)
-
-
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    """loop.call_soon_threadsafe from another thread, tolerating a loop that
-    has closed meanwhile (its waiters are gone with it)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, *args)
 
 
 class _Notifier:
@@ -94,7 +90,7 @@ class _Notifier:
         self._ready.append(fut)
         if not self._scheduled:
             self._scheduled = True
-            _call_soon(self._loop, self._drain)
+            call_soon(self._loop, self._drain)
 
     def _drain(self) -> None:  # the loop's thread
         # Reset before draining: a future added after this line schedules
@@ -102,7 +98,7 @@ class _Notifier:
         self._scheduled = False
         ready = self._ready
         while ready:
-            _set_done(ready.popleft())
+            set_done(ready.popleft())
         # Once per burst, not once per write: the answered writes leave the
         # deadline lines (a write cancelled or timed out leaves at the next
         # burst or when the timer fires).
@@ -225,43 +221,14 @@ class AsyncDatabase:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _turn(
-        self, q: HandoffQueue[Any] | FairLock, limit: float, *how: Any
-    ) -> tuple[int, Any]:
-        """Wait in ``q``'s line on the loop (no thread): (READY, item) or
-        (CREATE, None). ``how``: what a FairLock waiter brings (budget, tag).
-        Raises TimeoutError, or QueueClosed."""
-        loop = asyncio.get_running_loop()
-        holder: list[asyncio.Future[None]] = [loop.create_future()]
-
-        def notify() -> None:  # any thread; a FairLock waiter may be told more than once
-            _call_soon(loop, _set_done, holder[0])
-
-        status, item, waiter = q.enqueue(notify, *how)
-        if status != QUEUED:
-            return status, item
-        assert waiter is not None
-        line: Any = q  # each queue takes back its own kind of waiter
-        deadline = None if math.isinf(limit) else loop.time() + limit
-        while True:
-            try:
-                remaining = None if deadline is None else max(0.0, deadline - loop.time())
-                await asyncio.wait_for(holder[0], remaining)
-            except BaseException:  # timeout or cancellation: leave the queue
-                line.cancel(waiter)
-                raise
-            holder[0] = loop.create_future()
-            status, item = line.claim(waiter)
-            if status != QUEUED:
-                return status, item
-
     async def _wait_turn(
         self, q: HandoffQueue[Any] | FairLock, limit: float, write: bool, *how: Any
     ) -> tuple[int, Any]:
-        """_turn with litegate's errors: PoolTimeout or WriteTimeout, Closed."""
+        """:func:`wait_turn` with litegate's errors: PoolTimeout or
+        WriteTimeout, Closed."""
         try:
-            return await self._turn(q, limit, *how)
-        except TimeoutError:
+            return await wait_turn(q, limit, *how)
+        except QueueTimeout:
             if write:
                 self.sync._process_state().gate_wait.record_timeout()
                 raise WriteTimeout(f"no write gate within {limit:g} s") from None
