@@ -31,7 +31,7 @@ from ._errors import (
     ReadOnlyError,
     WriteTimeout,
 )
-from ._fair import BOUNDED, STRICT, UNFAIR, Budget, HandoffQueue, QueueClosed, QueueTimeout
+from ._fair import Budget, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork, on_fork_in_child
 from ._guard import (
     BEGIN,
@@ -45,6 +45,7 @@ from ._guard import (
 )
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PragmaValue
+from ._settings import Fairness, budget_of, resolve_settings
 from ._statements import TX
 from ._statements import kind as statement_kind
 from ._stats import WaitHistogram
@@ -103,39 +104,6 @@ def _positive(name: str, value: object, *, integer: bool = False) -> Any:
     if not value > 0 or (isinstance(value, float) and math.isnan(value)):
         raise ConfigError(f"{name} must be greater than zero, got {value!r}")
     return value
-
-
-Fairness = bool | str | Budget
-
-
-def budget_of(fair: object) -> Budget:
-    """The gate's budget for ``connect(fair=...)``."""
-    if isinstance(fair, Budget):
-        k, t = fair
-        if (
-            isinstance(k, bool)
-            or not isinstance(k, (int, float))
-            or not isinstance(t, (int, float))
-            or math.isnan(k)
-            or math.isnan(t)
-            or k < 0
-            or t < 0
-        ):
-            raise ConfigError(
-                f"fair=Bounded(overtakes, seconds) takes two numbers >= 0 (inf: no bound), "
-                f"got {fair!r}"
-            )
-        return Budget(float(k), float(t))
-    if fair is True:
-        return BOUNDED
-    if fair is False:
-        return UNFAIR
-    if fair == "strict":
-        return STRICT
-    raise ConfigError(
-        f"fair must be True (bounded fairness), 'strict', False or "
-        f"litegate.Bounded(overtakes, seconds), got {fair!r}"
-    )
 
 
 def _policy_name(fair: object) -> str:
@@ -233,6 +201,7 @@ class Database:
         busy: tuple[str, BusyStrategy],
         fair: Fairness = True,
         checkpoints: bool = True,
+        checkpoint_every: int = 1000,
         combine: bool = False,
         litestream: bool = False,
     ) -> None:
@@ -242,13 +211,7 @@ class Database:
         self.budget = budget_of(fair)
         self.checkpoints = checkpoints
         self._litestream = litestream  # checkpoints="litestream"
-        # With litegate's checkpointer, the profile's wal_autocheckpoint (in
-        # pages) becomes the number of commits between background checkpoints,
-        # and SQLite's own auto-checkpoint (on the commit path) is turned off.
-        self._checkpoint_every = int(pragmas.get("wal_autocheckpoint", 1000)) or 1000
-        if checkpoints:
-            pragmas = {**pragmas, "wal_autocheckpoint": 0}
-            pragmas.setdefault("journal_size_limit", 8 * self._checkpoint_every * 4096)
+        self._checkpoint_every = checkpoint_every
         self.profile = profile
         self.timeout = timeout
         self._readers = readers
@@ -1157,7 +1120,7 @@ def open_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> OpenError:
     )
 
 
-def _check_path(path: str) -> None:
+def check_path(path: str) -> None:
     orphan = orphan_log(path)
     if orphan:
         raise OpenError(orphan)
@@ -1271,31 +1234,23 @@ def connect(
     if isinstance(checkpoints, str) and not litestream:
         raise ConfigError(f'checkpoints must be True, False or "litestream", got {checkpoints!r}')
     budget_of(fair)  # a bad policy fails here, before anything is opened
-    resolved = _profiles.resolve(profile, pragmas)
+    settings = resolve_settings(profile, pragmas, timeout, checkpoints=bool(checkpoints))
     busy_fn = get_strategy(busy)
-    if timeout is None:
-        busy_ms = int(resolved.get("busy_timeout", 5000))
-        if busy_ms <= 0:
-            raise ConfigError(
-                "busy_timeout=0 would make every wait for the gate or a read connection fail "
-                "at once; give busy_timeout > 0 (milliseconds) or timeout= (seconds)"
-            )
-        timeout = busy_ms / 1000.0
-    timeout = seconds("timeout", timeout)
     # One file, one gate, whatever path names it: a symlink and its target
     # must queue on the same sidecar (SQLite itself follows the link for its
     # -wal and -shm).
     full = os.path.realpath(os.path.abspath(raw))
-    _check_path(full)
+    check_path(full)
     return Database(
         full,
         readers=readers,
         profile=profile,
-        timeout=timeout,
-        pragmas=resolved,
+        timeout=settings.timeout,
+        pragmas=settings.pragmas,
         busy=busy_fn,
         fair=fair,
         checkpoints=bool(checkpoints),
+        checkpoint_every=settings.every,
         combine=bool(combine),
         litestream=litestream,
     )

@@ -41,16 +41,9 @@ from ._checkpoint import Checkpointer
 from ._combine import Combiner
 from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, STRICT, Budget, FairLock, QueueClosed, QueueTimeout, wait_turn
-from ._filelock import (
-    COMBINER,
-    DUE,
-    H_COMBINER_NONCE,
-    H_COMBINER_PID,
-    PASSED,
-    CheckpointSeat,
-    ProcessLock,
-)
+from ._filelock import DUE, PASSED, CheckpointSeat, ProcessLock
 from ._guard import close_connection
+from ._lockformat import COMBINER, H_COMBINER_NONCE, H_COMBINER_PID
 
 if TYPE_CHECKING:
     import asyncio

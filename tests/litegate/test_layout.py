@@ -1,9 +1,13 @@
-"""The package's shape: no two of litegate's modules import each other."""
+"""The package's shape: no two of litegate's modules import each other, and
+no package reaches past another's seams to its private names."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -44,3 +48,81 @@ def test_no_two_modules_import_each_other() -> None:
     # the two pairs issue 19 named are among those checked
     assert "litegate._maintenance" in modules
     assert "litegate.lab.queue._pgsides" in modules
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _cross_package_private_uses() -> list[str]:
+    """Every use, in one package, of a private (``_name``) module-level name
+    of a module in another package (a subpackage counts as another): ``from
+    m import _name`` and ``m._name`` on an imported module ``m``."""
+    modules: dict[str, Path] = {}
+    for path in (SRC / "litegate").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    packages = {name: _package_of(name, path) for name, path in modules.items()}
+    found: list[str] = []
+    for name, path in sorted(modules.items()):
+        here = packages[name].split(".")
+        tree = ast.parse(path.read_text())
+        aliases: dict[str, str] = {}  # local name -> litegate module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                source = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    if f"{source}.{alias.name}" in modules:  # a module, not a name
+                        aliases[alias.asname or alias.name] = f"{source}.{alias.name}"
+                    elif (
+                        source in modules
+                        and alias.name.startswith("_")
+                        and not alias.name.startswith("__")
+                        and packages[source] != packages[name]
+                    ):
+                        found.append(f"{name}: from {source} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.asname:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and packages[aliases[node.value.id]] != packages[name]
+            ):
+                found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_package_uses_a_private_name_of_another_packages_module() -> None:
+    """A capability that needs another package's internals gets a named seam
+    there (a public name of its private module), not a reach past it."""
+    assert _cross_package_private_uses() == []
+
+
+def test_the_private_name_check_sees_a_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above can fail: a module of a subpackage that imports a
+    private name of the core, or reads one off a core module, is reported."""
+    fake = tmp_path / "src"
+    (fake / "litegate" / "sub").mkdir(parents=True)
+    (fake / "litegate" / "__init__.py").write_text("")
+    (fake / "litegate" / "_core.py").write_text("_SECRET = 1\nPUBLIC = 2\n")
+    (fake / "litegate" / "_peer.py").write_text("from ._core import _SECRET\n")  # same package
+    (fake / "litegate" / "sub" / "__init__.py").write_text("")
+    (fake / "litegate" / "sub" / "m.py").write_text(
+        "from .. import _core\nfrom .._core import _SECRET, PUBLIC\nx = _core._SECRET\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "SRC", fake)
+    assert _cross_package_private_uses() == [
+        "litegate.sub.m: from litegate._core import _SECRET",
+        "litegate.sub.m: litegate._core._SECRET",
+    ]

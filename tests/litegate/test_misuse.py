@@ -20,7 +20,7 @@ import pytest
 
 import litegate
 import litegate.aio
-from litegate import _filelock
+from litegate import _lockformat
 from tests.conftest import gate_held_by_another_thread, running_as_root, wait_until
 
 
@@ -490,7 +490,7 @@ def test_a_sidecar_with_a_damaged_counter_is_an_open_error(db_path: str, counter
     os.remove(db_path + "-litegate")
     with litegate.connect(db_path) as db:  # what the message says works
         db.execute("CREATE TABLE t(v)")
-    assert _filelock.read_queue(db_path + "-litegate") is not None
+    assert _lockformat.read_queue(db_path + "-litegate") is not None
 
 
 def _orphaned_log(db_path: str, rows: int) -> bytes:

@@ -21,8 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._checkpoint import litestream_markers, wal_reset_fixed
-from .._database import _check_path as check_path
-from .._database import orphan_log
+from .._database import check_path, orphan_log
 from .._errors import OpenError
 from .._files import SIDECAR, openers
 from .._profiles import PROFILES

@@ -38,8 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .. import _profiles
-from .._database import _check_path as check_path
-from .._database import open_error
+from .._database import check_path, open_error
 from .._errors import ConfigError as CoreConfigError
 from .._errors import NestedWriteError
 from .._errors import OpenError as CoreOpenError

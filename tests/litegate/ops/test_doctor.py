@@ -23,7 +23,7 @@ from litegate.__main__ import main
 from litegate.ops import diagnose
 from tests.conftest import wait_until
 
-MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_lockformat.MAGIC)
 OLD_MAGIC = b"LGTQ0001"  # an older litegate's (strict ticket order), set up anew if unused
 
 

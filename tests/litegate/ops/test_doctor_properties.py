@@ -39,9 +39,9 @@ from tests.conftest import running_as_root
 from tests.litegate.misuse import Outcome, attempt, examples, ran, scaled
 
 ROWS = 20
-MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_lockformat.MAGIC)
 OLD_MAGIC = b"LGTQ0001"  # an older litegate's: set up anew when nobody uses it
-TABLE = 128 + 4096 * 48  # the lock file's size (_filelock._SIZE); checked by the template
+TABLE = 128 + 4096 * 48  # the lock file's size (_lockformat.TABLE_SIZE); checked by the template
 
 
 @dataclass(frozen=True)
