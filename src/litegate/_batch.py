@@ -163,30 +163,57 @@ class SizeHistogram:
         }
 
 
+class Writer(Protocol):
+    """What group commit needs of the writer (the engine's, for one process)."""
+
+    def begin(self, timeout: float | None) -> WriterConnection:
+        """The write connection with the gate held and no transaction open
+        (``timeout`` None: the default)."""
+
+    def begin_again(self, conn: WriterConnection, timeout: float | None) -> None:
+        """``BEGIN IMMEDIATE`` with the gate held, within ``timeout``."""
+
+    def end(self, conn: WriterConnection, commit: bool) -> None:
+        """COMMIT an open transaction (raising if that fails) or ROLLBACK
+        it, count an autocommit statement that committed, and release the
+        gate."""
+
+    def timeout_error(self, limit: float) -> BaseException:
+        """The error of a write still queued when its ``limit`` passed."""
+
+
+def autocommit(
+    conn: WriterConnection, sql: str, params: Any
+) -> tuple[int, int | None, list[Any]] | None:
+    """Run one plain statement in autocommit mode, the gate held and no
+    transaction open: SQLite's write lock and the commit in one step. None
+    (nothing done) if a writer outside litegate holds SQLite's lock: run it
+    in a transaction then, whose BEGIN IMMEDIATE waits with the busy
+    strategy. Raises the statement's error, typed by the writer's guard."""
+    try:
+        cur = conn.execute(sql, params)
+        return cur.rowcount, cur.lastrowid, cur.fetchall()
+    except Exception as exc:
+        if isinstance(exc, sqlite3.OperationalError) and is_busy(exc) and not conn.in_transaction:
+            return None
+        typed = conn.guard.typed(exc)
+        if typed is exc:
+            raise
+        raise typed from exc
+
+
 class GroupCommit:
-    """The queue and the leader protocol. ``begin(timeout)`` must return the
-    write connection with the gate held and no transaction open;
-    ``begin_again(conn, timeout)`` runs ``BEGIN IMMEDIATE`` with the gate
-    held (within ``timeout``, None: the default); and
-    ``end(conn, commit)`` must COMMIT an open transaction (raising if that
-    fails) or ROLLBACK it, count an autocommit statement that committed,
-    and release the gate."""
+    """The queue and the leader protocol, over a :class:`Writer`."""
 
     def __init__(
         self,
-        begin: Callable[[float | None], WriterConnection],
-        end: Callable[[WriterConnection, bool], None],
-        begin_again: Callable[[WriterConnection, float | None], None],
-        timeout_error: Callable[[float], BaseException],
+        writer: Writer,
         *,
         max_batch: int,
         max_time: float,
         default_timeout: float,
     ) -> None:
-        self._begin = begin
-        self._end = end
-        self._begin_again = begin_again
-        self._timeout_error = timeout_error
+        self._writer = writer
         self.max_batch = max_batch
         self.max_time = max_time
         self._default_timeout = default_timeout
@@ -203,6 +230,11 @@ class GroupCommit:
         # (_combine.Ship): offered each batch before the gate is taken;
         # True if it settled the batch elsewhere, False to run it here.
         self.ship: Ship | None = None
+
+    def timeout_error(self, limit: float) -> BaseException:
+        """The error of a write still queued when its ``limit`` passed (for
+        a face that times its writes out itself, as asyncio does)."""
+        return self._writer.timeout_error(limit)
 
     @property
     def queued(self) -> int:
@@ -241,7 +273,7 @@ class GroupCommit:
                     continue
                 if state == _PENDING and not got:
                     self._pending.remove(req)
-                    raise self._timeout_error(timeout)
+                    raise self._writer.timeout_error(timeout)
             if state == _TAKEN:  # in a running batch: its outcome is ours, however late
                 req.wake.acquire()
             if req.state == _DONE:
@@ -285,7 +317,7 @@ class GroupCommit:
                 return
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            conn = self._begin(remaining)
+            conn = self._writer.begin(remaining)
         except BaseException as exc:
             self._give_back(first, me)
             self._leader_failed(me, exc)
@@ -319,14 +351,14 @@ class GroupCommit:
                     if solo and self._run_alone(conn, take[0]):
                         ended = True
                         done = take[0].error is None
-                        self._end(conn, done)
+                        self._writer.end(conn, done)
                         if done:
                             self.sizes.record(1)
                         self._last_size = 1
                         return
                     # BEGIN IMMEDIATE, the gate held, within the leader's deadline.
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    self._begin_again(conn, left)
+                    self._writer.begin_again(conn, left)
                     begun = True
                 todo = deque(take)
                 while todo:
@@ -343,9 +375,9 @@ class GroupCommit:
                         for q in live:
                             q.result = None
                         live = []
-                        self._begin_again(conn, None)
+                        self._writer.begin_again(conn, None)
             ended = True
-            self._end(conn, bool(live))
+            self._writer.end(conn, bool(live))
             self._last_size = len(batch)
             if live:
                 self.sizes.record(len(live))
@@ -354,7 +386,7 @@ class GroupCommit:
             # transaction is rolled back, so no member's write survives.
             if not ended:
                 with contextlib.suppress(BaseException):
-                    self._end(conn, False)
+                    self._writer.end(conn, False)
             for r in batch:
                 if r.error is None:
                     r.error = _copy_for_member(exc)
@@ -395,15 +427,15 @@ class GroupCommit:
         combiner's turns, and a shipped batch whose outcome must be settled
         here. ``WriteTimeout`` if the gate did not come by ``deadline``."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        conn = self._begin(remaining)
+        conn = self._writer.begin(remaining)
         try:
-            self._begin_again(conn, None)
+            self._writer.begin_again(conn, None)
             value = fn(conn)
         except BaseException:
             with contextlib.suppress(BaseException):
-                self._end(conn, False)
+                self._writer.end(conn, False)
             raise
-        self._end(conn, True)
+        self._writer.end(conn, True)
         return value
 
     @staticmethod
@@ -426,15 +458,11 @@ class GroupCommit:
         if self._refused(r):
             return True
         try:
-            self._execute(conn, r)
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc) and not conn.in_transaction:
-                r.result = None
-                return False
-            r.error = conn.guard.typed(exc)
+            r.result = autocommit(conn, r.sql, r.params)
         except Exception as exc:
-            r.error = conn.guard.typed(exc)
-        return True
+            r.error = exc
+            return True
+        return r.result is not None
 
     def _run_one(self, conn: WriterConnection, r: Request, first: bool) -> None:
         """Run one member; on failure set ``r.error`` and undo only its work

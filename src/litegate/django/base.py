@@ -32,9 +32,9 @@ from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 
 from .. import _profiles
-from .._database import check_path
 from .._errors import ConfigError, Error, OpenError, TransactionError, WriteTimeout
 from .._fair import BOUNDED
+from .._files import check_path
 from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._guard import is_denied
 from .._settings import budget_of, resolve_settings

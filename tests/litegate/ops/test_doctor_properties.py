@@ -107,7 +107,7 @@ def write_and_read_anything(path: str) -> None:
 # Two of connect()'s messages say what went wrong and nothing about what to
 # do: its generic fallbacks, "cannot open X: <what sqlite3 said>" (a file
 # SQLite finds damaged: "database disk image is malformed", "unsupported file
-# format"; _database._open_error) and "cannot open litegate's lock file X:
+# format"; _engine.open_error) and "cannot open litegate's lock file X:
 # [Errno N] ..." (a sidecar symlink to nothing; _gate.FileGate._new). Both
 # are the core's (the lead's); test_doctor.py's strict xfails track them.
 # Until then the properties excuse these messages, and these only, from
