@@ -126,3 +126,37 @@ def test_the_private_name_check_sees_a_reach(
         "litegate.sub.m: from litegate._core import _SECRET",
         "litegate.sub.m: litegate._core._SECRET",
     ]
+
+
+def _foreign_private_attributes(path: Path) -> list[str]:
+    """``x._name`` in ``path`` where ``_name`` is not one of the module's own
+    (a function, method or attribute it defines): a reach into another
+    module's object."""
+    tree = ast.parse(path.read_text())
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.ImportFrom):
+            own.update(a.asname or a.name for a in node.names)
+    return sorted(
+        {
+            f"{path.name}:{node.lineno}: .{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and node.attr not in own
+        }
+    )
+
+
+def test_the_asyncio_face_reaches_the_core_only_through_the_engine() -> None:
+    """litegate.aio drives the engine (``engine_of(db)``) as queue/aio.py
+    drives queue/_core.py: no private method or attribute of a Database, its
+    process state or its engine is touched from the face."""
+    assert _foreign_private_attributes(SRC / "litegate" / "aio.py") == []
