@@ -4,7 +4,6 @@ reader pool for this face and for :mod:`litegate.aio` alike."""
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sqlite3
@@ -15,7 +14,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from . import _maintenance
-from ._batch import Request
+from ._batch import Request, check_transact_fn
 from ._busy import BusyStrategy, get_strategy
 from ._closing import CloseHooks
 from ._engine import (
@@ -37,7 +36,7 @@ from ._settings import Fairness, budget_of, resolve_settings
 from ._statements import TX
 from ._statements import kind as statement_kind
 
-__all__ = ["Database", "Params", "WriteResult", "check_transact_fn", "connect", "engine_of"]
+__all__ = ["Database", "Params", "WriteResult", "connect", "engine_of"]
 
 T = TypeVar("T")
 
@@ -286,56 +285,7 @@ class Database:
     # -- introspection ------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Waits, retries, connections, PRAGMAs in force and WAL size."""
-        engine = self._engine
-        state = engine.state()
-        try:
-            wal = os.path.getsize(self.path + "-wal")
-        except OSError:
-            wal = 0
-        pool = state.pool
-        batches = state.batcher.sizes.summary()
-        engine.refresh_writer_pragmas(state)
-        return {
-            "path": self.path,
-            "pid": os.getpid(),
-            "profile": self.profile,
-            "timeout_s": self.timeout,
-            "busy_strategy": engine.busy_name,
-            "pragmas": {"writer": dict(state.writer_pragmas), "readers": state.reader_pragmas},
-            "gate": {
-                **state.gate_wait.summary(),
-                "held": state.writer_in_use,
-                "waiting": state.filegate.waiting,
-                "policy": _policy_name(self.fair),
-                "barged": state.filegate.lock.barged + state.filegate.plock.barged,
-                "handoffs": state.filegate.lock.handoffs + state.filegate.plock.handoffs,
-                "cohort_passes": state.filegate.cohort_passes,
-                "cross_process_waits": state.filegate.plock.contended,
-            },
-            "pool": {
-                **pool.histogram.summary(),
-                "size": pool.capacity,
-                "open": pool.created,
-                "in_use": pool.in_use,
-                "waiting": pool.waiting,
-            },
-            "busy_retries": state.busy_retries,
-            "writes": {
-                "committed": state.committed,
-                "rolled_back": state.rolled_back,
-                "group_commit": batches,
-                "combined": None
-                if state.ship is None
-                else {
-                    **state.filegate.combining_stats(),
-                    "shipped_batches": state.ship.shipper.shipped,
-                    "settled_at_home": state.ship.shipper.at_home,
-                },
-            },
-            "checkpoints": None if state.checkpointer is None else state.checkpointer.stats(),
-            "connections": {"writer": int(state.writer is not None), "readers": pool.created},
-            "wal_bytes": wal,
-        }
+        return self._engine.stats(self.profile, _policy_name(self.fair))
 
     def __repr__(self) -> str:
         state = self._engine.current
@@ -381,40 +331,6 @@ class Database:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# Plain functions already checked (module-level ones repeat: the queue's
-# store functions, in a new partial each call): the check costs more than a
-# small write's SQL otherwise.
-_SYNC_FUNCTIONS: set[object] = set()
-
-
-def check_transact_fn(fn: object) -> None:
-    """``db.transact(fn)`` runs ``fn(conn)`` synchronously on a litegate thread:
-    refuse what could never run there, before it is queued."""
-    target = fn.func if isinstance(fn, functools.partial) else fn
-    if target in _SYNC_FUNCTIONS:
-        return
-    import inspect  # (here: a module the core's import need not pay for)
-
-    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
-    ):
-        raise ConfigError(
-            f"db.transact() got an async function ({getattr(target, '__name__', target)!r}); "
-            "it runs fn synchronously on litegate's thread and cannot await it. Pass a plain "
-            "(def) function of the connection; with litegate.aio, await db.transact(fn) with "
-            "such a function"
-        )
-    if not callable(fn):
-        raise ConfigError(
-            f"db.transact() needs a function of the write connection, got {fn!r}; e.g. "
-            "db.transact(lambda conn: conn.execute(...).rowcount)"
-        )
-    # (module-level functions only, so the set stays a bounded few)
-    module_level = inspect.isfunction(target) and target.__qualname__ == target.__name__
-    if module_level and len(_SYNC_FUNCTIONS) < 1024:
-        _SYNC_FUNCTIONS.add(target)
 
 
 class _WriteBlock:

@@ -156,6 +156,7 @@ class _BatchWriter:
         self._engine.end(self._state, conn, commit)
 
     def timeout_error(self, limit: float) -> WriteTimeout:
+        self._state.gate_wait.record_timeout()  # (a write that gave up waiting, on either face)
         return self._engine.write_timeout(limit)
 
 
@@ -715,6 +716,59 @@ class Engine:
         elif state.writer_block is None:  # (a task's block: its statements use the writer)
             with self.exclusive(None) as held:
                 _read_pragmas_into(state, held)
+
+    def stats(self, profile: str, policy: str) -> dict[str, Any]:
+        """Waits, retries, connections, PRAGMAs in force and WAL size
+        (:meth:`litegate.Database.stats`)."""
+        state = self.state()
+        try:
+            wal = os.path.getsize(self.path + "-wal")
+        except OSError:
+            wal = 0
+        pool = state.pool
+        batches = state.batcher.sizes.summary()
+        self.refresh_writer_pragmas(state)
+        return {
+            "path": self.path,
+            "pid": os.getpid(),
+            "profile": profile,
+            "timeout_s": self.timeout,
+            "busy_strategy": self.busy_name,
+            "pragmas": {"writer": dict(state.writer_pragmas), "readers": state.reader_pragmas},
+            "gate": {
+                **state.gate_wait.summary(),
+                "held": state.writer_in_use,
+                "waiting": state.filegate.waiting,
+                "policy": policy,
+                "barged": state.filegate.lock.barged + state.filegate.plock.barged,
+                "handoffs": state.filegate.lock.handoffs + state.filegate.plock.handoffs,
+                "cohort_passes": state.filegate.cohort_passes,
+                "cross_process_waits": state.filegate.plock.contended,
+            },
+            "pool": {
+                **pool.histogram.summary(),
+                "size": pool.capacity,
+                "open": pool.created,
+                "in_use": pool.in_use,
+                "waiting": pool.waiting,
+            },
+            "busy_retries": state.busy_retries,
+            "writes": {
+                "committed": state.committed,
+                "rolled_back": state.rolled_back,
+                "group_commit": batches,
+                "combined": None
+                if state.ship is None
+                else {
+                    **state.filegate.combining_stats(),
+                    "shipped_batches": state.ship.shipper.shipped,
+                    "settled_at_home": state.ship.shipper.at_home,
+                },
+            },
+            "checkpoints": None if state.checkpointer is None else state.checkpointer.stats(),
+            "connections": {"writer": int(state.writer is not None), "readers": pool.created},
+            "wal_bytes": wal,
+        }
 
     # -- closing ----------------------------------------------------------------------
     def teardown(self) -> None:

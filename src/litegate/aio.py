@@ -44,8 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._batch import Request
-from ._database import Database, Params, WriteResult, check_transact_fn, engine_of
+from ._batch import Request, check_transact_fn
+from ._database import Database, Params, WriteResult, engine_of
 from ._database import connect as _connect
 from ._engine import ProcessState, is_read_only, read_only_error
 from ._errors import NestedWriteError
@@ -211,7 +211,21 @@ class AsyncDatabase:
 
     # -- plumbing -------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        loop = asyncio.get_running_loop()
+        try:
+            work = loop.run_in_executor(self._pool, fn, *args)
+        except RuntimeError:  # close() shut the pool: what is under way still ends
+            work = loop.run_in_executor(None, fn, *args)
+        return await work
+
+    def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on a thread without waiting (a cancelled block's
+        clean-up), even once close() has shut the pool, as the sync face
+        lets a transaction in progress end after close()."""
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            threading.Thread(target=fn, args=args, name="litegate-aio-end", daemon=True).start()
 
     async def _wait_turn(
         self, q: HandoffQueue[Any] | FairLock, limit: float, write: bool, *how: Any
@@ -402,16 +416,15 @@ class _AsyncWrite(_AsyncBlock):
         state = engine.state()
         _refuse_nested(state, "async with db.write()")
         limit = adb._limit(self._timeout)
-        loop = asyncio.get_running_loop()
         start = time.monotonic()
         # The engine tags its callers in the gate's line (a close wakes them).
         await adb._wait_turn(state.filegate.lock, limit, True, state.budget, engine)
         # The in-process gate is ours; the cross-process gate and BEGIN
         # IMMEDIATE may block, so they run on a thread.
-        work = loop.run_in_executor(adb._pool, engine.finish_gate, state, start, limit)
+        work = adb._run(engine.finish_gate, state, start, limit)
 
         def give_back(conn: WriterConnection) -> None:  # cancelled meanwhile
-            adb._pool.submit(engine.end, state, conn, False)
+            adb._spawn(engine.end, state, conn, False)
 
         conn = await _finish_even_if_cancelled(work, give_back)
         self.task = asyncio.current_task()
@@ -458,7 +471,7 @@ class _AsyncRead(_AsyncBlock):
         return conn
 
     def _giveback(self, conn: sqlite3.Connection) -> None:
-        self._adb._pool.submit(self._adb._engine.checkin, self._state, conn)
+        self._adb._spawn(self._adb._engine.checkin, self._state, conn)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
