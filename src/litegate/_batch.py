@@ -41,6 +41,7 @@ from ._errors import ConfigError, TransactionError
 from ._guard import RELEASE, ROLLBACK, ROLLBACK_TO, SAVEPOINT, WriterConnection
 from ._statements import TX, VACUUM
 from ._statements import kind as statement_kind
+from ._stats import nearest_rank
 from ._time import acquire_until, deadline_of
 
 T = TypeVar("T")
@@ -146,7 +147,7 @@ class SizeHistogram:
             return {"batches": 0, "statements": 0, "mean": 0.0, "p50": 0, "p99": 0, "max": 0}
 
         def pct(q: float) -> int:
-            rank, seen = max(1, round(q * total)), 0
+            rank, seen = nearest_rank(q * 100, total), 0
             for size, c in items:
                 seen += c
                 if seen >= rank:

@@ -15,9 +15,10 @@ that finds anyone waiting queues behind them even if a resource is free at
 that instant. Each waiter sleeps on its own ``threading.Lock``, so waiting
 releases the GIL and a release wakes exactly one thread.
 
-``fair=False`` reproduces the "unfair" queue of seed 001 for the lab: a
-released resource goes back to the free list, the longest waiter is only
-notified, and whoever runs first takes it.
+``fair=False`` is the plain unfair queue, kept so the lab can measure the
+tail it makes against the fair one: a released resource goes back to the
+free list, the longest waiter is only notified, and whoever runs first
+takes it.
 
 State changes happen under one short mutex that never does I/O; opening a
 resource (a connection) happens outside it.

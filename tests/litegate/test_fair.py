@@ -407,7 +407,7 @@ def test_pool_of_five_hands_back_in_order() -> None:
 
 
 def test_unfair_mode_lets_newcomer_barge() -> None:
-    """The lab's "fairness off" mode really is unfair (seed 001)."""
+    """The lab's "fairness off" mode really is unfair (what it is kept to measure)."""
     q: HandoffQueue[str] = HandoffQueue(1, lambda: "conn", fair=False)
     item = q.get(1)
     got: list[str] = []

@@ -45,7 +45,7 @@ def test_no_two_modules_import_each_other() -> None:
         (a, b) for a, targets in edges.items() for b in targets if a < b and a in edges[b]
     )
     assert both == [], f"modules that import each other (give each pair one direction): {both}"
-    # the two pairs issue 19 named are among those checked
+    # the two pairs once found importing each other are among those checked
     assert "litegate._maintenance" in modules
     assert "litegate.lab.queue._pgsides" in modules
 

@@ -1,8 +1,8 @@
 """The fair pool ``sqlite+litegate`` uses by default for file databases.
 
 SQLAlchemy's ``QueuePool`` lets a thread that just returned a connection
-take it back ahead of the threads already waiting (SQLAlchemy issue 7679;
-seed 001 measured the tail it makes). :class:`FairQueuePool` keeps
+take it back ahead of the threads already waiting (SQLAlchemy issue 7679),
+which gives the threads that wait a long tail. :class:`FairQueuePool` keeps
 ``QueuePool``'s interface and sizing (``pool_size``, ``max_overflow``,
 ``timeout``, ``use_lifo``, ``status()`` …) and changes who gets a
 connection: the right to hold one is a permit handed out by litegate's

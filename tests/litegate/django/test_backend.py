@@ -371,7 +371,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-# -- settings litegate.django cannot use (issue 17, defect 16) -------------------
+# -- settings litegate.django cannot use -------------------
 
 
 def wrapper_for(name: str, options: object) -> Any:

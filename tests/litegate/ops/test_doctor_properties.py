@@ -1,4 +1,4 @@
-"""The misuse suite, part 1 (issue 17): ``litegate doctor``'s verdict
+"""The misuse suite, part 1: ``litegate doctor``'s verdict
 against what ``litegate.connect()`` then does on the same file, over
 sidecar contents (random bytes, truncations, patched tables, huge ticket
 counters, a directory, a pipe, symlinks), database file contents (random
