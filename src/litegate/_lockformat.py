@@ -80,17 +80,23 @@ def table_problem(head: bytes) -> str | None:
     return None
 
 
+def _read_start(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of the lock file at ``path`` (fewer if it is
+    shorter), read without a lock."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
 def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
     """The ticket table of lock file ``path``, read without taking part:
     no lock taken, nothing written (for ``litegate doctor`` / ``top``).
     Returns (next ticket, [(ticket, slot, state name)] of the tickets still
     in the queue, oldest first), None if the file is not a litegate lock
     file; OSError if it cannot be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        table = os.pread(fd, TABLE_SIZE, 0)
-    finally:
-        os.close(fd)
+    table = _read_start(path, TABLE_SIZE)
     if table[:8] != MAGIC or len(table) < TABLE_SIZE:
         return None
     nxt = U64.unpack_from(table, H_NEXT)[0]
@@ -109,11 +115,7 @@ def read_counters(path: str) -> dict[str, int] | None:
     checkpointer), read without taking part; None if not a litegate lock
     file. The checkpointer's pid is a hint: whether a
     checkpointer holds the seat now is the kernel's (see :func:`is_seat_lock`)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        head = os.pread(fd, HEADER, 0)
-    finally:
-        os.close(fd)
+    head = _read_start(path, HEADER)
     if head[:8] != MAGIC or len(head) < HEADER:
         return None
     return {
