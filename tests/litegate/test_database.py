@@ -92,6 +92,26 @@ def test_returning_rows(db: Any) -> None:
     assert r.rows == [(1, "x")]
 
 
+def test_transact_returns_fns_value_after_commit_and_fails_alone(db: Any) -> None:
+    def two(conn: Any) -> int:
+        conn.execute("INSERT INTO t(v) VALUES ('a')")
+        conn.execute("INSERT INTO t(v) VALUES ('b')")
+        return 2
+
+    def half_then_fail(conn: Any) -> None:
+        conn.execute("INSERT INTO t(v) VALUES ('undone')")
+        raise ZeroDivisionError
+
+    assert db.transact(two) == 2
+    with pytest.raises(ZeroDivisionError):
+        db.transact(half_then_fail)
+    assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["a", "b"]
+    with pytest.raises(litegate.TransactionError):
+        db.execute("COMMIT")  # litegate's transaction is not the caller's to end
+    with pytest.raises(litegate.ConfigError, match=r"db\.vacuum"):
+        db.execute("VACUUM")
+
+
 def test_write_block_commits_and_rolls_back(db: Any) -> None:
     with db.write() as conn:
         conn.execute("INSERT INTO t(v) VALUES (1)")
