@@ -28,6 +28,7 @@ Outcomes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 import threading
 import time
@@ -40,6 +41,7 @@ from ._errors import ConfigError, TransactionError
 from ._guard import RELEASE, ROLLBACK, ROLLBACK_TO, SAVEPOINT, WriterConnection
 from ._statements import TX, VACUUM
 from ._statements import kind as statement_kind
+from ._stats import nearest_rank
 from ._time import acquire_until, deadline_of
 
 T = TypeVar("T")
@@ -145,7 +147,7 @@ class SizeHistogram:
             return {"batches": 0, "statements": 0, "mean": 0.0, "p50": 0, "p99": 0, "max": 0}
 
         def pct(q: float) -> int:
-            rank, seen = max(1, round(q * total)), 0
+            rank, seen = nearest_rank(q * 100, total), 0
             for size, c in items:
                 seen += c
                 if seen >= rank:
@@ -163,30 +165,70 @@ class SizeHistogram:
         }
 
 
+class Writer(Protocol):
+    """What group commit needs of the writer (the engine's, for one process)."""
+
+    def begin(self, timeout: float | None) -> WriterConnection:
+        """The write connection with the gate held and no transaction open
+        (``timeout`` None: the default)."""
+
+    def begin_again(self, conn: WriterConnection, timeout: float | None) -> None:
+        """``BEGIN IMMEDIATE`` with the gate held, within ``timeout``."""
+
+    def end(self, conn: WriterConnection, commit: bool) -> None:
+        """COMMIT an open transaction (raising if that fails) or ROLLBACK
+        it, count an autocommit statement that committed, and release the
+        gate."""
+
+    def timeout_error(self, limit: float) -> BaseException:
+        """The error of a write still queued when its ``limit`` passed."""
+
+
+def autocommit(
+    conn: WriterConnection, sql: str, params: Any
+) -> tuple[int, int | None, list[Any]] | None:
+    """Run one plain statement in autocommit mode, the gate held and no
+    transaction open: SQLite's write lock and the commit in one step. None
+    (nothing done) if a writer outside litegate holds SQLite's lock: run it
+    in a transaction then, whose BEGIN IMMEDIATE waits with the busy
+    strategy. Raises the statement's error, typed by the writer's guard."""
+    try:
+        cur = conn.execute(sql, params)
+        return cur.rowcount, cur.lastrowid, cur.fetchall()
+    except Exception as exc:
+        if isinstance(exc, sqlite3.OperationalError) and is_busy(exc) and not conn.in_transaction:
+            return None
+        typed = conn.guard.typed(exc)
+        if typed is exc:
+            raise
+        raise typed from exc
+
+
+class _Batch:
+    """The batch a leader runs: its members, those whose writes are in the
+    open transaction, and whether the transaction was ended (committed or
+    rolled back), so a failure does not end it twice."""
+
+    __slots__ = ("ended", "live", "members")
+
+    def __init__(self) -> None:
+        self.members: list[Request] = []
+        self.live: list[Request] = []
+        self.ended = False
+
+
 class GroupCommit:
-    """The queue and the leader protocol. ``begin(timeout)`` must return the
-    write connection with the gate held and no transaction open;
-    ``begin_again(conn, timeout)`` runs ``BEGIN IMMEDIATE`` with the gate
-    held (within ``timeout``, None: the default); and
-    ``end(conn, commit)`` must COMMIT an open transaction (raising if that
-    fails) or ROLLBACK it, count an autocommit statement that committed,
-    and release the gate."""
+    """The queue and the leader protocol, over a :class:`Writer`."""
 
     def __init__(
         self,
-        begin: Callable[[float | None], WriterConnection],
-        end: Callable[[WriterConnection, bool], None],
-        begin_again: Callable[[WriterConnection, float | None], None],
-        timeout_error: Callable[[float], BaseException],
+        writer: Writer,
         *,
         max_batch: int,
         max_time: float,
         default_timeout: float,
     ) -> None:
-        self._begin = begin
-        self._end = end
-        self._begin_again = begin_again
-        self._timeout_error = timeout_error
+        self._writer = writer
         self.max_batch = max_batch
         self.max_time = max_time
         self._default_timeout = default_timeout
@@ -203,6 +245,11 @@ class GroupCommit:
         # (_combine.Ship): offered each batch before the gate is taken;
         # True if it settled the batch elsewhere, False to run it here.
         self.ship: Ship | None = None
+
+    def timeout_error(self, limit: float) -> BaseException:
+        """The error of a write still queued when its ``limit`` passed (for
+        a face that times its writes out itself, as asyncio does)."""
+        return self._writer.timeout_error(limit)
 
     @property
     def queued(self) -> int:
@@ -241,7 +288,7 @@ class GroupCommit:
                     continue
                 if state == _PENDING and not got:
                     self._pending.remove(req)
-                    raise self._timeout_error(timeout)
+                    raise self._writer.timeout_error(timeout)
             if state == _TAKEN:  # in a running batch: its outcome is ours, however late
                 req.wake.acquire()
             if req.state == _DONE:
@@ -278,89 +325,123 @@ class GroupCommit:
             return take, not self._pending
 
     def _lead(self, me: Request | None, deadline: float | None) -> None:
+        """Lead one batch: offer it to ``ship`` (combining), else take the
+        gate, fill the batch and commit it; every member gets its outcome."""
         first: list[Request] = []
         if self.ship is not None:
             first, _ = self._take(self.max_batch)
             if first and self._shipped(first, me, deadline):
                 return
+        conn = self._gate_for_batch(first, me, deadline)
+        if conn is None:
+            return
+        batch = _Batch()
+        try:
+            self._run_batch(conn, batch, first, deadline)
+        except BaseException as exc:
+            self._fail_batch(conn, batch, exc)
+        finally:
+            self._finish(batch.members, me)
+
+    def _gate_for_batch(
+        self, first: list[Request], me: Request | None, deadline: float | None
+    ) -> WriterConnection | None:
+        """The gate and the writer for a batch. If they do not come, only the
+        leader's own request fails (raised to it; a flusher fails the asyncio
+        requests) and what was taken goes back to the queue: None."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            conn = self._begin(remaining)
+            return self._writer.begin(remaining)
         except BaseException as exc:
             self._give_back(first, me)
             self._leader_failed(me, exc)
             if me is not None:
                 raise
-            return
-        batch: list[Request] = []
-        ended = False
-        try:
-            started = time.monotonic()
-            begun = False  # BEGIN IMMEDIATE run
-            live: list[Request] = []  # members whose writes are in the open transaction
-            while len(batch) < self.max_batch and time.monotonic() - started < self.max_time:
-                if first:
-                    take, first = first, []
-                    with self._mutex:
-                        alone = not self._pending
-                else:
-                    take, alone = self._take(self.max_batch - len(batch))
-                if not take:
-                    break
-                batch.extend(take)  # from here on, every outcome reaches them
-                if not begun:
-                    # One plain statement and nobody else queued: it runs as
-                    # one autocommit statement under the gate, which takes
-                    # SQLite's write lock and commits in one step; no BEGIN,
-                    # no COMMIT round trip.
-                    # Only while writes come one at a time: under contention
-                    # the BEGIN lets the next callers queue up and join.
-                    solo = alone and len(take) == 1 and self._last_size <= 1
-                    if solo and self._run_alone(conn, take[0]):
-                        ended = True
-                        done = take[0].error is None
-                        self._end(conn, done)
-                        if done:
-                            self.sizes.record(1)
-                        self._last_size = 1
-                        return
-                    # BEGIN IMMEDIATE, the gate held, within the leader's deadline.
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    self._begin_again(conn, left)
-                    begun = True
-                todo = deque(take)
-                while todo:
-                    r = todo.popleft()
-                    self._run_one(conn, r, first=not live)
-                    if r.error is None:
-                        live.append(r)
-                    elif not conn.in_transaction:
-                        # The transaction is gone: a failed first member rolled
-                        # it back, or SQLite did (disk full, I/O error). Those
-                        # that ran before lost their writes before anyone was
-                        # told: run them again in a fresh transaction.
-                        todo.extendleft(reversed(live))
-                        for q in live:
-                            q.result = None
-                        live = []
-                        self._begin_again(conn, None)
-            ended = True
-            self._end(conn, bool(live))
-            self._last_size = len(batch)
-            if live:
-                self.sizes.record(len(live))
-        except BaseException as exc:
-            # COMMIT failed (disk full, I/O error) or we were interrupted: the
-            # transaction is rolled back, so no member's write survives.
-            if not ended:
-                with contextlib.suppress(BaseException):
-                    self._end(conn, False)
-            for r in batch:
-                if r.error is None:
-                    r.error = _copy_for_member(exc)
-                    r.result = None
-        finally:
-            self._finish(batch, me)
+            return None
+
+    def _run_batch(
+        self,
+        conn: WriterConnection,
+        batch: _Batch,
+        first: list[Request],
+        deadline: float | None,
+    ) -> None:
+        """Take members until the batch is full (``max_batch`` statements or
+        ``max_time`` spent running them) or the queue is empty, run each,
+        and end the transaction."""
+        started = time.monotonic()
+        begun = False  # BEGIN IMMEDIATE run
+        while len(batch.members) < self.max_batch and time.monotonic() - started < self.max_time:
+            if first:
+                take, first = first, []
+                with self._mutex:
+                    alone = not self._pending
+            else:
+                take, alone = self._take(self.max_batch - len(batch.members))
+            if not take:
+                break
+            batch.members.extend(take)  # from here on, every outcome reaches them
+            if not begun:
+                # Only while writes come one at a time: under contention the
+                # BEGIN lets the next callers queue up and join.
+                solo = alone and len(take) == 1 and self._last_size <= 1
+                if solo and self._committed_alone(conn, batch, take[0]):
+                    return
+                # BEGIN IMMEDIATE, the gate held, within the leader's deadline.
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._writer.begin_again(conn, left)
+                begun = True
+            self._run_members(conn, batch, take)
+        batch.ended = True
+        self._writer.end(conn, bool(batch.live))
+        self._last_size = len(batch.members)
+        if batch.live:
+            self.sizes.record(len(batch.live))
+
+    def _committed_alone(self, conn: WriterConnection, batch: _Batch, r: Request) -> bool:
+        """One plain statement and nobody else queued: it runs as one
+        autocommit statement under the gate, which takes SQLite's write lock
+        and commits in one step; no BEGIN, no COMMIT round trip. False if it
+        must run in a transaction after all (nothing done)."""
+        if not self._run_alone(conn, r):
+            return False
+        batch.ended = True
+        done = r.error is None
+        self._writer.end(conn, done)
+        if done:
+            self.sizes.record(1)
+        self._last_size = 1
+        return True
+
+    def _run_members(self, conn: WriterConnection, batch: _Batch, take: list[Request]) -> None:
+        """Run the members just taken inside the open transaction."""
+        todo = deque(take)
+        while todo:
+            r = todo.popleft()
+            self._run_one(conn, r, first=not batch.live)
+            if r.error is None:
+                batch.live.append(r)
+            elif not conn.in_transaction:
+                # The transaction is gone: a failed first member rolled it
+                # back, or SQLite did (disk full, I/O error). Those that ran
+                # before lost their writes before anyone was told: run them
+                # again in a fresh transaction.
+                todo.extendleft(reversed(batch.live))
+                for q in batch.live:
+                    q.result = None
+                batch.live = []
+                self._writer.begin_again(conn, None)
+
+    def _fail_batch(self, conn: WriterConnection, batch: _Batch, exc: BaseException) -> None:
+        """COMMIT failed (disk full, I/O error) or the leader was interrupted:
+        the transaction is rolled back, so no member's write survives."""
+        if not batch.ended:
+            with contextlib.suppress(BaseException):
+                self._writer.end(conn, False)
+        for r in batch.members:
+            if r.error is None:
+                r.error = _copy_for_member(exc)
+                r.result = None
 
     def _shipped(self, take: list[Request], me: Request | None, deadline: float | None) -> bool:
         """Offer the batch to ``ship``; True if it was settled elsewhere (each
@@ -395,15 +476,15 @@ class GroupCommit:
         combiner's turns, and a shipped batch whose outcome must be settled
         here. ``WriteTimeout`` if the gate did not come by ``deadline``."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        conn = self._begin(remaining)
+        conn = self._writer.begin(remaining)
         try:
-            self._begin_again(conn, None)
+            self._writer.begin_again(conn, None)
             value = fn(conn)
         except BaseException:
             with contextlib.suppress(BaseException):
-                self._end(conn, False)
+                self._writer.end(conn, False)
             raise
-        self._end(conn, True)
+        self._writer.end(conn, True)
         return value
 
     @staticmethod
@@ -426,15 +507,11 @@ class GroupCommit:
         if self._refused(r):
             return True
         try:
-            self._execute(conn, r)
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc) and not conn.in_transaction:
-                r.result = None
-                return False
-            r.error = conn.guard.typed(exc)
+            r.result = autocommit(conn, r.sql, r.params)
         except Exception as exc:
-            r.error = conn.guard.typed(exc)
-        return True
+            r.error = exc
+            return True
+        return r.result is not None
 
     def _run_one(self, conn: WriterConnection, r: Request, first: bool) -> None:
         """Run one member; on failure set ``r.error`` and undo only its work
@@ -567,3 +644,37 @@ class GroupCommit:
         if self._flusher is not None:
             with contextlib.suppress(RuntimeError):
                 self._flusher_wake.release()
+
+
+# Plain functions already checked (module-level ones repeat: the queue's
+# store functions, in a new partial each call): the check costs more than a
+# small write's SQL otherwise.
+_SYNC_FUNCTIONS: set[object] = set()
+
+
+def check_transact_fn(fn: object) -> None:
+    """``db.transact(fn)`` runs ``fn(conn)`` synchronously on a litegate thread:
+    refuse what could never run there, before it is queued."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if target in _SYNC_FUNCTIONS:
+        return
+    import inspect  # (here: a module the core's import need not pay for)
+
+    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
+    ):
+        raise ConfigError(
+            f"db.transact() got an async function ({getattr(target, '__name__', target)!r}); "
+            "it runs fn synchronously on litegate's thread and cannot await it. Pass a plain "
+            "(def) function of the connection; with litegate.aio, await db.transact(fn) with "
+            "such a function"
+        )
+    if not callable(fn):
+        raise ConfigError(
+            f"db.transact() needs a function of the write connection, got {fn!r}; e.g. "
+            "db.transact(lambda conn: conn.execute(...).rowcount)"
+        )
+    # (module-level functions only, so the set stays a bounded few)
+    module_level = inspect.isfunction(target) and target.__qualname__ == target.__name__
+    if module_level and len(_SYNC_FUNCTIONS) < 1024:
+        _SYNC_FUNCTIONS.add(target)

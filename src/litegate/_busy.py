@@ -2,14 +2,15 @@
 
 Each strategy is a plain function of the retry count (0 for the first retry,
 as SQLite counts busy-handler calls) returning seconds. ``constant``,
-``backoff``, ``jitter``, ``ceiling`` and ``reversed`` are exactly the Ruby
-busy handlers of seed 000; ``sqlite-default`` is the delay table of SQLite's
+``backoff``, ``jitter``, ``ceiling`` and ``reversed`` are exactly the busy
+handlers Ruby's sqlite3 adapter offers, so results compare with theirs;
+``sqlite-default`` is the delay table of SQLite's
 own ``sqliteDefaultBusyCallback`` (what ``sqlite3.connect(timeout=...)``
 installs).
 
 litegate's own writers do not poll each other: they queue on the write gate.
 A strategy is only used against writers that bypass litegate (the ``sqlite3``
-shell, a migration tool), and by the lab to reproduce seed 000.
+shell, a migration tool), and by the lab to compare the strategies.
 """
 
 from __future__ import annotations

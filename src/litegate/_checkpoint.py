@@ -2,7 +2,8 @@
 
 SQLite's own auto-checkpoint runs inside the COMMIT that crosses the
 threshold, so that one commit pays for copying the whole WAL back into the
-database (seed 002's 34 ms single-insert outlier). litegate turns it off on
+database (a single insert that usually takes microseconds takes tens of
+milliseconds then). litegate turns it off on
 every connection and runs checkpoints on a background thread instead.
 
 **One per file, across processes.** Every process that opens the file

@@ -15,25 +15,35 @@ that finds anyone waiting queues behind them even if a resource is free at
 that instant. Each waiter sleeps on its own ``threading.Lock``, so waiting
 releases the GIL and a release wakes exactly one thread.
 
-``fair=False`` reproduces the "unfair" queue of seed 001 for the lab: a
-released resource goes back to the free list, the longest waiter is only
-notified, and whoever runs first takes it.
+``fair=False`` is the plain unfair queue, kept so the lab can measure the
+tail it makes against the fair one: a released resource goes back to the
+free list, the longest waiter is only notified, and whoever runs first
+takes it.
 
 State changes happen under one short mutex that never does I/O; opening a
 resource (a connection) happens outside it.
+
+Both lines also serve event-loop tasks without a thread (``enqueue``,
+``claim``, ``cancel``); :func:`wait_turn` is the one loop that waits on asyncio
+for a place in either, and :func:`set_done` / :func:`set_done_soon` the one way
+litegate completes a future another party may have settled already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from ._stats import WaitHistogram
 from ._time import FOREVER, acquire_until
+
+if TYPE_CHECKING:  # importing asyncio at run time costs every user of the core
+    import asyncio
 
 T = TypeVar("T")
 
@@ -708,3 +718,66 @@ class FairLock:
             w.signal()
         if idle_now and on_idle is not None:
             on_idle(True)
+
+
+# -- event loops -----------------------------------------------------------------
+
+
+def set_done(fut: asyncio.Future[None]) -> None:
+    """Complete ``fut`` unless it is done already: a waiter that timed out or
+    was cancelled has settled its own future, and setting it again raises."""
+    if not fut.done():
+        fut.set_result(None)
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """``loop.call_soon_threadsafe(fn, *args)`` from any thread, tolerating a
+    loop that has closed meanwhile (its waiters are gone with it)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def set_done_soon(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    """:func:`set_done` from any thread, on ``fut``'s loop."""
+    call_soon(loop, set_done, fut)
+
+
+async def wait_turn(
+    line: HandoffQueue[Any] | FairLock, timeout: float | None, *how: Any
+) -> tuple[int, Any]:
+    """Wait for a place in ``line`` on the running event loop, without a
+    thread: ``(READY, item)`` (a FairLock's item is None), or ``(CREATE,
+    None)``: capacity is reserved, call ``line.create()`` (on a thread: it
+    opens a connection). ``how``: what a FairLock waiter brings (budget, tag).
+    ``timeout`` None or from :data:`FOREVER` up: no limit.
+
+    A task cancelled or timed out leaves the line, passing on whatever
+    reached it meanwhile, so whoever is behind it moves up. Raises
+    :class:`QueueTimeout` or :class:`QueueClosed`."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    woken: list[asyncio.Future[None]] = [loop.create_future()]
+
+    def notify() -> None:  # any thread; a FairLock waiter may be told more than once
+        set_done_soon(loop, woken[0])
+
+    q: Any = line  # each line takes back its own kind of waiter
+    status, item, waiter = q.enqueue(notify, *how)
+    if status != QUEUED:
+        return status, item
+    deadline = None if timeout is None or timeout >= FOREVER else loop.time() + timeout
+    while True:
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            await asyncio.wait_for(woken[0], left)
+        except asyncio.TimeoutError:
+            q.cancel(waiter)
+            raise QueueTimeout from None
+        except BaseException:  # cancelled: leave the line
+            q.cancel(waiter)
+            raise
+        woken[0] = loop.create_future()
+        status, item = q.claim(waiter)
+        if status != QUEUED:
+            return status, item

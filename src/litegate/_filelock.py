@@ -53,60 +53,46 @@ import time
 
 from . import _futex
 from ._fair import BOUNDED, Budget
+from ._lockformat import (
+    ABANDONED,
+    CKPT_RUN,
+    CKPT_SEAT,
+    DONE,
+    GATE,
+    H_BARGES,
+    H_CKPT_BELL,
+    H_CKPT_PID,
+    H_GRANTS,
+    H_HANDOFFS,
+    H_NEXT,
+    H_WAKE,
+    H_WANT,
+    HEAD,
+    HEADER,
+    HOLDING,
+    LITESTREAM,
+    MAGIC,
+    MUTEX,
+    NO_LIMIT,
+    OLD_MAGIC,
+    SLOT,
+    SLOT_LOCK_BASE,
+    SLOT_SIZE,
+    SLOTS,
+    TABLE_SIZE,
+    U64,
+    W_HEAD,
+    W_IDLE,
+    WAITING,
+    table_problem,
+)
+
+# read_counters: also read here by the lab's benchmarks
+from ._lockformat import read_counters as read_counters
 from ._time import FOREVER, acquire_until
 
-SLOTS = 4096
-_MAGIC = b"LGTQ0002"
-_OLD_MAGIC = b"LGTQ0001"  # litegate before bounded fairness: strict ticket order only
-_HEADER = 128
-# header fields (little endian)
-_H_NEXT = 8  # u64: the next ticket
-_H_GRANTS = 16  # u64: grants of the gate so far
-_H_HEAD = 24  # u64: head ticket + 1, 0 for none (a hint: the slot record decides)
-_H_WAKE = 32  # u32: the futex word, bumped by every hand-off
-_H_WANT = 36  # u32: a futex word rung by a waiter while the gate's holder is idle
-_H_IDLE = 40  # u64: pid of a process that keeps the gate while idle (0: none)
-_H_HANDOFFS = 48  # u64: releases that handed the gate to a head whose budget ran out
-_H_BARGES = 56  # u64: grants taken past a waiting head
-# The file's background checkpointer (one per file across processes):
-_H_CKPT_PID = 64  # u64: pid of the process whose checkpointer holds the seat (0: none)
-_H_CKPT_BELL = 76  # u32: rung every few commits: the futex word the checkpointer sleeps on
-# The combiner's (see _combine.py): its pid and the nonce that names its
-# socket, written by the holder of the COMBINER lock.
-H_COMBINER_PID = 80  # u64
-H_COMBINER_NONCE = 88  # u64
-_SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
-_SLOT_SIZE = _SLOT.size
-_SIZE = _HEADER + SLOTS * _SLOT_SIZE
-_U64 = struct.Struct("<Q")
-# the same fields as indexes into the table viewed as u64 words: a hot path
-# reads one with a single subscript instead of a struct call
-_W_HEAD = _H_HEAD >> 3
-_W_IDLE = _H_IDLE >> 3
-_MUTEX = 0
-_GATE = 1 << 31  # lock-only offsets past the data: they need no bytes
-COMBINER = _GATE + 2  # held by the process that combines other processes' writes
-_CKPT_SEAT = _GATE + 1  # held by the file's one background checkpointer, for its tenure
-# Held by whoever runs one of litegate's checkpoints (one at a time, across
-# processes). A lock on a header byte of litegate's own that holds no data,
-# as MUTEX sits on byte 0; always taken before the gate, never while holding it.
-_CKPT_RUN = 79
-# Read-locked by every process with a Database opened with checkpoints="litestream".
-_LITESTREAM = 78
-_SLOT_LOCK_BASE = 1 << 32
-_NO_LIMIT = 0xFFFFFFFF  # a budget field without a bound
-
-WAITING, HOLDING, DONE, ABANDONED, HEAD = 1, 2, 3, 4, 5
-STATE_NAMES = {
-    WAITING: "waiting",
-    HOLDING: "holding",
-    DONE: "done",
-    ABANDONED: "abandoned",
-    HEAD: "head",
-}
 # what ProcessLock.pass_on() found
 NOBODY, PASSED, DUE = 0, 1, 2
-_TICKET_LIMIT = 1 << 62  # a counter at or past this was not written by litegate
 
 _SETLK: int = fcntl.F_OFD_SETLK  # type: ignore[attr-defined,unused-ignore]
 _SETLKW: int = fcntl.F_OFD_SETLKW  # type: ignore[attr-defined,unused-ignore]
@@ -117,36 +103,21 @@ def _flock(kind: int, offset: int) -> bytes:
     return struct.pack("hhqqixxxx", kind, os.SEEK_SET, offset, 1, 0)
 
 
-_MUTEX_LOCK = _flock(fcntl.F_WRLCK, _MUTEX)
-_MUTEX_UNLOCK = _flock(fcntl.F_UNLCK, _MUTEX)
-_GATE_LOCK = _flock(fcntl.F_WRLCK, _GATE)
-_GATE_UNLOCK = _flock(fcntl.F_UNLCK, _GATE)
-_SEAT_LOCK = _flock(fcntl.F_WRLCK, _CKPT_SEAT)
-_SEAT_UNLOCK = _flock(fcntl.F_UNLCK, _CKPT_SEAT)
-_RUN_LOCK = _flock(fcntl.F_WRLCK, _CKPT_RUN)
-_RUN_UNLOCK = _flock(fcntl.F_UNLCK, _CKPT_RUN)
-_LITESTREAM_ASK = _flock(fcntl.F_RDLCK, _LITESTREAM)
-_LITESTREAM_PROBE = _flock(fcntl.F_WRLCK, _LITESTREAM)
-_SLOT_LOCK = [_flock(fcntl.F_WRLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
-_SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, _SLOT_LOCK_BASE + i) for i in range(SLOTS)]
+_MUTEX_LOCK = _flock(fcntl.F_WRLCK, MUTEX)
+_MUTEX_UNLOCK = _flock(fcntl.F_UNLCK, MUTEX)
+_GATE_LOCK = _flock(fcntl.F_WRLCK, GATE)
+_GATE_UNLOCK = _flock(fcntl.F_UNLCK, GATE)
+_SEAT_LOCK = _flock(fcntl.F_WRLCK, CKPT_SEAT)
+_SEAT_UNLOCK = _flock(fcntl.F_UNLCK, CKPT_SEAT)
+_RUN_LOCK = _flock(fcntl.F_WRLCK, CKPT_RUN)
+_RUN_UNLOCK = _flock(fcntl.F_UNLCK, CKPT_RUN)
+_LITESTREAM_ASK = _flock(fcntl.F_RDLCK, LITESTREAM)
+_LITESTREAM_PROBE = _flock(fcntl.F_WRLCK, LITESTREAM)
+_SLOT_LOCK = [_flock(fcntl.F_WRLCK, SLOT_LOCK_BASE + i) for i in range(SLOTS)]
+_SLOT_UNLOCK = [_flock(fcntl.F_UNLCK, SLOT_LOCK_BASE + i) for i in range(SLOTS)]
 # the whole file: only a lock file nobody uses can be set up anew
 _ALL_LOCK = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
 _ALL_UNLOCK = struct.pack("hhqqixxxx", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0)
-
-
-def table_problem(head: bytes) -> str | None:
-    """What makes a lock file of this format unusable (connect refuses it),
-    from its first bytes; None if nothing does. No writer takes 2**62
-    tickets or grants: a counter at or past that is damage (and would make
-    every grant fail)."""
-    head = head.ljust(_HEADER, b"\0")
-    if head[:8] not in (_MAGIC, b"\0" * 8):
-        return f"its first bytes are {bytes(head[:8])!r}, not litegate's"
-    for what, offset in (("ticket", _H_NEXT), ("grant", _H_GRANTS)):
-        n = _U64.unpack_from(head, offset)[0]
-        if n >= _TICKET_LIMIT:
-            return f"its {what} counter reads {n}, which litegate never writes"
-    return None
 
 
 # Writes to the shared table go through memoryviews cast to whole words:
@@ -159,84 +130,6 @@ def _bump(words: memoryview, offset: int) -> None:
     value must not make every grant fail)."""
     i = offset >> 3
     words[i] = (words[i] + 1) & 0xFFFFFFFFFFFFFFFF
-
-
-def read_queue(path: str) -> tuple[int, list[tuple[int, int, str]]] | None:
-    """The ticket table of lock file ``path``, read without taking part:
-    no lock taken, nothing written (for ``litegate doctor`` / ``top``).
-    Returns (next ticket, [(ticket, slot, state name)] of the tickets still
-    in the queue, oldest first), None if the file is not a litegate lock
-    file; OSError if it cannot be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        table = os.pread(fd, _SIZE, 0)
-    finally:
-        os.close(fd)
-    if table[:8] != _MAGIC or len(table) < _SIZE:
-        return None
-    nxt = _U64.unpack_from(table, _H_NEXT)[0]
-    live = []
-    for t in range(max(0, nxt - SLOTS), nxt):
-        slot = t % SLOTS
-        rec = _SLOT.unpack_from(table, _HEADER + slot * _SLOT_SIZE)
-        if rec[0] == t and rec[1] in (WAITING, HEAD):
-            live.append((t, slot, STATE_NAMES[rec[1]]))
-    return nxt, live
-
-
-def read_counters(path: str) -> dict[str, int] | None:
-    """The gate's shared counters (grants, hand-offs, barges, the pid of a
-    process keeping the gate while idle, the pid last seated as the file's
-    checkpointer), read without taking part; None if not a litegate lock
-    file. The checkpointer's pid is a hint: whether a
-    checkpointer holds the seat now is the kernel's (see :func:`is_seat_lock`)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        head = os.pread(fd, _HEADER, 0)
-    finally:
-        os.close(fd)
-    if head[:8] != _MAGIC or len(head) < _HEADER:
-        return None
-    return {
-        "next_ticket": _U64.unpack_from(head, _H_NEXT)[0],
-        "grants": _U64.unpack_from(head, _H_GRANTS)[0],
-        "handoffs": _U64.unpack_from(head, _H_HANDOFFS)[0],
-        "barges": _U64.unpack_from(head, _H_BARGES)[0],
-        "idle_holder_pid": _U64.unpack_from(head, _H_IDLE)[0],
-        "checkpointer_pid": _U64.unpack_from(head, _H_CKPT_PID)[0],
-    }
-
-
-def slot_of_lock(offset: int) -> int | None:
-    """The slot whose lock sits at byte ``offset`` of a lock file (as
-    /proc shows locks), None for the other locks (mutex, gate)."""
-    return offset - _SLOT_LOCK_BASE if _SLOT_LOCK_BASE <= offset < _SLOT_LOCK_BASE + SLOTS else None
-
-
-def is_gate_lock(offset: int) -> bool:
-    """True for the lock whose holder holds the gate (as /proc shows locks)."""
-    return offset == _GATE
-
-
-def is_seat_lock(offset: int) -> bool:
-    """True for the lock held by the file's background checkpointer."""
-    return offset == _CKPT_SEAT
-
-
-def litestream_lock_offset() -> int:
-    """The byte a process with ``checkpoints="litestream"`` read-locks."""
-    return _LITESTREAM
-
-
-def seat_lock_offset() -> int:
-    """Where the file's background checkpointer holds its lock (to ask the
-    kernel whether one is seated)."""
-    return _CKPT_SEAT
-
-
-def is_checkpoint_lock(offset: int) -> bool:
-    """True for the lock held while one of litegate's checkpoints runs."""
-    return offset == _CKPT_RUN
 
 
 class TooManyWaiters(RuntimeError):
@@ -283,8 +176,8 @@ def _open_like(path: str, like: str | None) -> int:
 
 
 def _budget_fields(b: Budget) -> tuple[int, int]:
-    k = _NO_LIMIT if math.isinf(b.overtakes) else min(int(b.overtakes), _NO_LIMIT - 1)
-    t = _NO_LIMIT if math.isinf(b.seconds) else min(int(b.seconds * 1e6), _NO_LIMIT - 1)
+    k = NO_LIMIT if math.isinf(b.overtakes) else min(int(b.overtakes), NO_LIMIT - 1)
+    t = NO_LIMIT if math.isinf(b.seconds) else min(int(b.seconds * 1e6), NO_LIMIT - 1)
     return k, t
 
 
@@ -304,8 +197,8 @@ class ProcessLock:
             raise
         self._words = memoryview(self._map).cast("Q")  # the table as u64 words
         self._halves = memoryview(self._map).cast("I")  # ... and as u32 words
-        self._wake = _futex.Word(self._map, _H_WAKE) if _futex.AVAILABLE else None
-        self._want = _futex.Word(self._map, _H_WANT) if _futex.AVAILABLE else None
+        self._wake = _futex.Word(self._map, H_WAKE) if _futex.AVAILABLE else None
+        self._want = _futex.Word(self._map, H_WANT) if _futex.AVAILABLE else None
         self.idle = False  # we hold the gate with no transaction running (keep_idle_unless_due)
         self._mutex = threading.Lock()  # guards the helper bookkeeping; no I/O under it
         self._ticket = -1  # our ticket while we wait
@@ -324,18 +217,18 @@ class ProcessLock:
     def _map_table(self) -> mmap.mmap:
         fcntl.fcntl(self._fd, _SETLKW, _MUTEX_LOCK)
         try:
-            if os.fstat(self._fd).st_size < _SIZE:
-                os.ftruncate(self._fd, _SIZE)  # only ever grows; zeros are "no ticket yet"
-            table = mmap.mmap(self._fd, _SIZE)
+            if os.fstat(self._fd).st_size < TABLE_SIZE:
+                os.ftruncate(self._fd, TABLE_SIZE)  # only ever grows; zeros are "no ticket yet"
+            table = mmap.mmap(self._fd, TABLE_SIZE)
             magic = table[:8]
-            if magic == _OLD_MAGIC:
+            if magic == OLD_MAGIC:
                 self._upgrade(table)
             elif magic == b"\0" * 8:
-                table[:8] = _MAGIC
-            elif magic != _MAGIC:
+                table[:8] = MAGIC
+            elif magic != MAGIC:
                 table.close()
                 raise OSError(f"its first bytes are {bytes(magic)!r}, not litegate's")
-            problem = table_problem(table[:_HEADER])
+            problem = table_problem(table[:HEADER])
             if problem is not None:
                 table.close()
                 raise OSError(problem)
@@ -356,8 +249,8 @@ class ProcessLock:
                 "open; stop its processes or upgrade them, then open it again"
             ) from None
         try:
-            table[:] = b"\0" * _SIZE
-            table[:8] = _MAGIC
+            table[:] = b"\0" * TABLE_SIZE
+            table[:8] = MAGIC
         finally:
             fcntl.fcntl(self._fd, _SETLK, _ALL_UNLOCK)
 
@@ -370,8 +263,8 @@ class ProcessLock:
 
     # -- the shared records ----------------------------------------------------
     def _record(self, t: int) -> tuple[int, int, int, int, int, int, int, int]:
-        rec: tuple[int, int, int, int, int, int, int, int] = _SLOT.unpack_from(
-            self._map, _HEADER + (t % SLOTS) * _SLOT_SIZE
+        rec: tuple[int, int, int, int, int, int, int, int] = SLOT.unpack_from(
+            self._map, HEADER + (t % SLOTS) * SLOT_SIZE
         )
         return rec
 
@@ -382,19 +275,19 @@ class ProcessLock:
         (long gone): the ticket number last, so nobody takes it for ``t``
         before the rest is there."""
         w, h = self._words, self._halves
-        base = _HEADER + (t % SLOTS) * _SLOT_SIZE
+        base = HEADER + (t % SLOTS) * SLOT_SIZE
         q, i = base >> 3, (base + 32) >> 2
         w[q + 1], w[q + 2], w[q + 3] = state, arrived, head_ns
         h[i], h[i + 1], h[i + 2], h[i + 3] = 0, k, t_us, self._pid
         w[q] = t
 
     def _set_state(self, t: int, state: int) -> None:
-        self._words[((_HEADER + (t % SLOTS) * _SLOT_SIZE) >> 3) + 1] = state
+        self._words[((HEADER + (t % SLOTS) * SLOT_SIZE) >> 3) + 1] = state
 
     def _make_head(self, t: int, head_ns: int) -> None:
         """Mark ``t`` the head since ``head_ns``: its clock and count first,
         the state last (a reader sees a WAITING ticket or a whole HEAD one)."""
-        base = _HEADER + (t % SLOTS) * _SLOT_SIZE
+        base = HEADER + (t % SLOTS) * SLOT_SIZE
         self._words[(base >> 3) + 3] = head_ns
         self._halves[(base + 32) >> 2] = 0
         self._words[(base >> 3) + 1] = HEAD
@@ -410,7 +303,7 @@ class ProcessLock:
         When that head has just taken the gate, it has already marked its
         successor's record HEAD (the successor takes a moment to wake up and
         say so itself): that one is the head meanwhile."""
-        h = self._words[_W_HEAD]
+        h = self._words[W_HEAD]
         if h == 0:
             return None
         t = h - 1
@@ -429,9 +322,9 @@ class ProcessLock:
     def _due(rec: tuple[int, int, int, int, int, int, int, int], now_ns: int) -> bool:
         """Has this head's budget run out (overtaken k times or waited t)?"""
         _t, _st, _arrived, head_ns, overtaken, k, t_us, _pid = rec
-        if k != _NO_LIMIT and overtaken >= k:
+        if k != NO_LIMIT and overtaken >= k:
             return True
-        return t_us != _NO_LIMIT and now_ns - head_ns >= t_us * 1000
+        return t_us != NO_LIMIT and now_ns - head_ns >= t_us * 1000
 
     def head_due(self) -> bool:
         """A head waiter (of another process, while we hold the gate) whose
@@ -442,9 +335,9 @@ class ProcessLock:
     def _overtake(self, t: int, overtaken: int) -> None:
         """Count one more overtake against head ``t`` (seen overtaken so
         far ``overtaken`` times; only the gate's holder writes the count)."""
-        off = _HEADER + (t % SLOTS) * _SLOT_SIZE + 32
+        off = HEADER + (t % SLOTS) * SLOT_SIZE + 32
         self._halves[off >> 2] = (overtaken + 1) & 0xFFFFFFFF
-        _bump(self._words, _H_BARGES)
+        _bump(self._words, H_BARGES)
 
     def pass_on(self) -> int:
         """We hold the gate (kept idle, or for our threads) and one of our
@@ -461,7 +354,7 @@ class ProcessLock:
 
         :meth:`head_due` and the overtake's count in one look at the head,
         for the hot path."""
-        if not self._words[_W_HEAD]:
+        if not self._words[W_HEAD]:
             return NOBODY
         head = self._head()
         if head is None:
@@ -515,7 +408,7 @@ class ProcessLock:
         shortcut: the decision is made again with the gate held, where no
         other barger can change the head's count meanwhile, so a head is
         never overtaken more than its budget allows."""
-        if self._words[_W_HEAD]:  # someone may wait: look at their budget
+        if self._words[W_HEAD]:  # someone may wait: look at their budget
             head = self._head()
             if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
                 return False
@@ -523,9 +416,9 @@ class ProcessLock:
             fcntl.fcntl(self._fd, _SETLK, _GATE_LOCK)
         except OSError:
             return False
-        if not self._words[_W_HEAD]:  # nobody waits: the common case
+        if not self._words[W_HEAD]:  # nobody waits: the common case
             self._held = True
-            _bump(self._words, _H_GRANTS)
+            _bump(self._words, H_GRANTS)
             return True
         head = self._head()
         if head is not None and (not budget.barges or self._due(head[1], time.monotonic_ns())):
@@ -545,7 +438,7 @@ class ProcessLock:
         ``overtook``: the head waiter we took it past (as :meth:`_head` gave
         it, read with the gate held), whose budget this counts against."""
         self._held = True
-        _bump(self._words, _H_GRANTS)
+        _bump(self._words, H_GRANTS)
         if overtook is not None:
             self.barged += 1
             self._overtake(overtook[0], overtook[1][4])
@@ -555,7 +448,7 @@ class ProcessLock:
         k, t_us = _budget_fields(budget)
         fcntl.fcntl(fd, _SETLKW, _MUTEX_LOCK)  # held for microseconds by live writers only
         try:
-            t = int(_U64.unpack_from(table, _H_NEXT)[0])
+            t = int(U64.unpack_from(table, H_NEXT)[0])
             slot = t % SLOTS
             try:
                 fcntl.fcntl(fd, _SETLK, _SLOT_LOCK[slot])
@@ -566,7 +459,7 @@ class ProcessLock:
             now = time.monotonic_ns()
             # record first, counter last: a writer killed in between leaves no ticket
             self._put_record(t, WAITING, now, now, k, t_us)
-            self._words[_H_NEXT >> 3] = t + 1
+            self._words[H_NEXT >> 3] = t + 1
         finally:
             fcntl.fcntl(fd, _SETLK, _MUTEX_UNLOCK)
         with self._mutex:
@@ -601,7 +494,7 @@ class ProcessLock:
         # otherwise be the head by its own record (and clock) while bargers,
         # finding the hint on a ticket gone, saw nobody waiting and
         # overtook it past its budget.
-        self._words[_W_HEAD] = t + 1
+        self._words[W_HEAD] = t + 1
         if rec[1] == HEAD:
             # made the head by its predecessor, which held the gate then and
             # showed us at the head before it let go: our clock runs since then
@@ -624,7 +517,7 @@ class ProcessLock:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if self._words[_W_IDLE]:  # its holder keeps it idle: ask for it
+            if self._words[W_IDLE]:  # its holder keeps it idle: ask for it
                 self.ring()
             if wake is not None:
                 wake.wait(seen, min(left, self.HEAD_CHECK_SECONDS))
@@ -717,11 +610,11 @@ class ProcessLock:
         it go when the head's budget runs out or the process stops writing
         (see ``FileGate._keep``). Not while a head without any budget
         (``fair=False``) waits: nothing would ever make the holder let go."""
-        if self._want is None or (self._words[_W_HEAD] and self.head_due_in() == 0):
+        if self._want is None or (self._words[W_HEAD] and self.head_due_in() == 0):
             return False
         if not self.idle:
             self.idle = True
-            self._words[_W_IDLE] = self._pid
+            self._words[W_IDLE] = self._pid
         return True
 
     def head_due_in(self) -> float | None:
@@ -734,17 +627,17 @@ class ProcessLock:
         if self._due(head[1], now):
             return 0.0
         k, t_us = head[1][5], head[1][6]
-        if t_us == _NO_LIMIT:
+        if t_us == NO_LIMIT:
             # without any budget (fair=False) it is owed the gate as soon as
             # it asks, as before keeping for waiters; with only a count, the
             # count (or the holder going cold) decides
-            return 0.0 if k == _NO_LIMIT else math.inf
+            return 0.0 if k == NO_LIMIT else math.inf
         return max(0.0, (head[1][3] + t_us * 1000 - now) / 1e9)
 
     def busy_again(self) -> None:
         """We take the gate we kept idle back for a transaction."""
         self.idle = False
-        self._words[_W_IDLE] = 0
+        self._words[W_IDLE] = 0
 
     def doorbell(self) -> int:
         return self._want.value if self._want is not None else 0
@@ -771,14 +664,14 @@ class ProcessLock:
         if self.idle:  # whoever saw it kept idle may have rung and wait for us: wake them
             self.busy_again()
             wake = True
-        if not self._words[_W_HEAD]:  # nobody waits: the common case
+        if not self._words[W_HEAD]:  # nobody waits: the common case
             fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
             return
         head = self._head()
         due = head is not None and self._due(head[1], time.monotonic_ns())
         if due:
             self.handoffs += 1
-            _bump(self._words, _H_HANDOFFS)
+            _bump(self._words, H_HANDOFFS)
         fcntl.fcntl(self._fd, _SETLK, _GATE_UNLOCK)
         if (due or (wake and head is not None)) and self._wake is not None:
             self._wake.bump()
@@ -848,7 +741,7 @@ class CheckpointSeat:
     sidecar as the gate (:class:`ProcessLock`, whose descriptor and table
     it uses).
 
-    - The seat: an OFD lock (``_CKPT_SEAT``) that one process's checkpointer
+    - The seat: an OFD lock (``CKPT_SEAT``) that one process's checkpointer
       holds for as long as it checkpoints; the kernel drops it when that
       process dies, and another process's checkpointer, looking every
       ``LOOK_SECONDS``, takes it. The holder writes its pid into the table
@@ -858,26 +751,26 @@ class CheckpointSeat:
       sleeper) every ``every`` of its commits. Written by committers of any
       process: a bump lost to another process's (no atomic add from Python)
       still changes the word, and the wake-up is a system call of its own.
-    - The checkpoint lock (``_CKPT_RUN``), held by whoever runs one of
+    - The checkpoint lock (``CKPT_RUN``), held by whoever runs one of
       litegate's checkpoints: the seated checkpointer's rounds and
       ``db.checkpoint()`` / ``db.vacuum()`` of any process. Taken before the
       gate, never while holding it, so a writer never waits for it. OFD locks
       do not exclude each other within one open file, so a thread lock
       orders the threads of this process first.
     - Litestream mode: a process with a Database opened with
-      ``checkpoints="litestream"`` holds a read lock on ``_LITESTREAM``, so
+      ``checkpoints="litestream"`` holds a read lock on ``LITESTREAM``, so
       the seated checkpointer, wherever it is, knows.
     """
 
     LOOK_SECONDS = 0.1  # how often a standby looks at the seat
-    _W_BELL = _H_CKPT_BELL >> 2
-    _W_PID = _H_CKPT_PID >> 3
+    _W_BELL = H_CKPT_BELL >> 2
+    _W_PID = H_CKPT_PID >> 3
 
     def __init__(self, plock: ProcessLock) -> None:
         self._fd = plock._fd
         self._halves = memoryview(plock._map).cast("I")
         self._pids = memoryview(plock._map).cast("Q")
-        self._bell = _futex.Word(plock._map, _H_CKPT_BELL) if _futex.AVAILABLE else None
+        self._bell = _futex.Word(plock._map, H_CKPT_BELL) if _futex.AVAILABLE else None
         self._pid = os.getpid()
         self.seated = False
         self._litestream = False

@@ -15,6 +15,9 @@ stat()ed.
 from __future__ import annotations
 
 import os
+import stat
+
+from ._errors import OpenError
 
 JOURNALS = ("-wal", "-shm", "-journal")
 """What SQLite keeps beside a database file (and deletes or replays)."""
@@ -81,3 +84,87 @@ def openers(paths: list[str]) -> list[int]:
                 found.add(int(entry))
                 break
     return sorted(found)
+
+
+def orphan_log(path: str) -> str:
+    """Why ``path`` must not be opened (or ""): its database file is gone
+    but its write-ahead log (or a rollback journal) is still there, holding
+    committed transactions. Opening would create an empty database and
+    SQLite would discard the log with it."""
+    if os.path.lexists(path):
+        return ""
+    for suffix, what in (("-wal", "write-ahead log"), ("-journal", "rollback journal")):
+        try:
+            size = os.path.getsize(path + suffix)
+        except OSError:
+            continue
+        if size > 0:
+            return (
+                f"{path!r} does not exist, but its {what} {path + suffix!r} ({size} bytes) does: "
+                "it holds transactions of a database file that was moved or deleted, and "
+                "opening the path would create an empty database and discard them. Put the "
+                f"database file back at {path!r} (from where it was moved, or a backup), or, "
+                f"if those transactions are not wanted, move {path + suffix!r} away first"
+            )
+    return ""
+
+
+def check_path(path: str) -> None:
+    """Refuse, with an OpenError that says what to do, a database path that
+    litegate cannot or must not open (before anything is opened)."""
+    orphan = orphan_log(path)
+    if orphan:
+        raise OpenError(orphan)
+    directory = os.path.dirname(path)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(directory).st_mode)
+    except PermissionError:
+        raise OpenError(
+            f"directory {directory!r} cannot be reached by this process (permission denied on "
+            "it or on a folder above it); give this user access (x permission) to each folder "
+            "on the way"
+        ) from None
+    except OSError:
+        is_dir = False
+    if not is_dir:
+        raise OpenError(
+            f"directory {directory!r} does not exist; create it first (litegate creates the "
+            "database file, not the folders above it)"
+        )
+    if os.path.isdir(path):
+        raise OpenError(
+            f"{path!r} is a directory; pass the path of a database file, "
+            f"e.g. {os.path.join(path, 'app.db')!r}"
+        )
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        raise OpenError(
+            f"{path!r} is read-only for this process; litegate writes to it. Make it writable "
+            "for this user (chmod u+w, or g+w and a shared group) or work on a copy"
+        )
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:
+        links = 1
+    if links > 1:
+        # Each name would get its own -wal, -shm and gate: two logs for one
+        # file corrupt it (SQLite's "How To Corrupt", multiple links).
+        raise OpenError(
+            f"{path!r} has {links} hard links; SQLite names its -wal and -shm files after the "
+            "path, so two names for one database file corrupt it. Keep one name (remove the "
+            "other links) and use a symlink if you need a second path"
+        )
+    companions = [path + s for s in ("", "-wal", "-shm", "-litegate")]
+    missing = [os.path.basename(p) for p in companions if not os.path.exists(p)]
+    if missing and not os.access(directory, os.W_OK | os.X_OK):
+        raise OpenError(
+            f"directory {directory!r} is read-only for this process, but WAL mode must create "
+            f"{', '.join(missing)} there; make the directory writable or move the database"
+        )
+    for p in companions[1:]:
+        if os.path.exists(p) and not os.access(p, os.R_OK | os.W_OK):
+            raise OpenError(
+                f"{p!r} is read-only for this process, and every process that opens the "
+                "database writes it. Give this user write access to it as to the database "
+                f"(e.g. chmod g+w {p!r} with a shared group), or remove it while no process "
+                "uses the database: it is created again with the database file's permissions"
+            )

@@ -40,17 +40,10 @@ from . import _grantlog
 from ._checkpoint import Checkpointer
 from ._combine import Combiner
 from ._errors import NestedWriteError, OpenError
-from ._fair import BOUNDED, QUEUED, STRICT, Budget, FairLock, QueueClosed
-from ._filelock import (
-    COMBINER,
-    DUE,
-    H_COMBINER_NONCE,
-    H_COMBINER_PID,
-    PASSED,
-    CheckpointSeat,
-    ProcessLock,
-)
+from ._fair import BOUNDED, STRICT, Budget, FairLock, QueueClosed, QueueTimeout, wait_turn
+from ._filelock import DUE, PASSED, CheckpointSeat, ProcessLock
 from ._guard import close_connection
+from ._lockformat import COMBINER, H_COMBINER_NONCE, H_COMBINER_PID
 
 if TYPE_CHECKING:
     import asyncio
@@ -259,11 +252,6 @@ def _after_fork_in_child() -> None:
 
 
 _FORK_ORPHANS: list[sqlite3.Connection] = []
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -695,33 +683,15 @@ class FileGate:
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        q = self.lock.queue
-        woken: list[asyncio.Future[None]] = [loop.create_future()]
-
-        def notify() -> None:  # any thread
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(_wake, woken[0])
-
         b = BOUNDED if budget is None else budget
         arrive = time.monotonic_ns() if _grantlog.active() is not None else 0
         try:
-            status, _token, waiter = q.enqueue(notify, b)
+            await wait_turn(self.lock, timeout, b)
+        except QueueTimeout:
+            return False
         except QueueClosed:  # pragma: no cover - the shared lock is never closed
             return False
-        queued = status == QUEUED
-        while status == QUEUED:
-            assert waiter is not None
-            left = None if deadline is None else max(0.0, deadline - loop.time())
-            try:
-                await asyncio.wait_for(woken[0], left)
-            except asyncio.TimeoutError:
-                q.cancel(waiter)
-                return False
-            except BaseException:
-                q.cancel(waiter)
-                raise
-            woken[0] = loop.create_future()
-            status, _token = q.claim(waiter)
+        queued = self.lock.last_queued  # (read by the grantee, before any release)
         left = None if deadline is None else max(0.0, deadline - loop.time())
         # (on failure hold_across_processes gives the in-process lock back itself)
         crossing = loop.run_in_executor(None, self.hold_across_processes, left, b)

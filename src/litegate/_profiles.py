@@ -10,8 +10,9 @@ from ._errors import ConfigError
 
 PragmaValue = int | float | str | bool
 
-# Exactly the three configurations of seed 004 ("SQLite Queue Concurrency
-# Benchmark Report", Configurations A, B and C).
+# Exactly the three configurations of the "SQLite Queue Concurrency
+# Benchmark Report" (its configurations A, B and C), so the lab's figures
+# compare with the report's.
 PROFILES: dict[str, dict[str, PragmaValue]] = {
     "conservative": {
         "journal_mode": "WAL",
@@ -43,7 +44,7 @@ PROFILES: dict[str, dict[str, PragmaValue]] = {
 
 # litegate's own default. Until `litegate bench micro` (A/B of profiles) has
 # measured a better choice on real workloads, it is "balanced" plus
-# foreign_keys, which seed 004's production section also turns on.
+# foreign_keys, which that report's production section also turns on.
 PROFILES["default"] = {**PROFILES["balanced"], "foreign_keys": "ON"}
 
 # Only the writer may switch the journal mode; read-only connections skip it.
@@ -332,8 +333,3 @@ def apply(
                 f"{in_force[name]!r}){hint}"
             )
     return in_force
-
-
-def describe_rules() -> dict[str, str]:
-    """PRAGMA name -> what litegate accepts for it (for docs and errors)."""
-    return {name: rule.help for name, rule in PRAGMA_RULES.items()}

@@ -10,6 +10,13 @@ import threading
 _SUB = 16
 
 
+def nearest_rank(q: float, n: int) -> int:
+    """The rank (1..n) of the ``q``-th percentile (0..100) of ``n`` sorted
+    values: the nearest-rank rule, the one every percentile litegate
+    reports uses."""
+    return min(n, max(1, math.ceil(q / 100.0 * n)))
+
+
 class WaitHistogram:
     """Counts waits by duration. ``record`` is cheap and thread-safe.
 
@@ -61,7 +68,7 @@ class WaitHistogram:
             biggest = self.max
         if n == 0:
             return 0.0
-        rank = max(1, math.ceil(q / 100.0 * n))
+        rank = nearest_rank(q, n)
         if rank <= n_immediate:
             return 0.0
         seen = n_immediate

@@ -32,7 +32,6 @@ Cancellation and timeouts:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import math
 import sqlite3
@@ -45,38 +44,27 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._batch import Request
-from ._database import (
-    Database,
-    Params,
-    WriteResult,
-    _is_read_only,
-    _read_only,
-    check_transact_fn,
-)
+from ._batch import Request, check_transact_fn
+from ._database import Database, Params, WriteResult, engine_of
 from ._database import connect as _connect
-from ._errors import Closed, NestedWriteError, PoolTimeout, WriteTimeout
-from ._fair import CREATE, QUEUED, FairLock, HandoffQueue, QueueClosed
+from ._engine import ProcessState, is_read_only, read_only_error
+from ._errors import NestedWriteError
+from ._fair import (
+    CREATE,
+    FairLock,
+    HandoffQueue,
+    QueueClosed,
+    QueueTimeout,
+    call_soon,
+    set_done,
+    wait_turn,
+)
 from ._guard import WriterConnection
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
-from ._time import seconds
 
 __all__ = ["AsyncDatabase", "connect"]
 
 T = TypeVar("T")
-_ASYNC_OWNER = -1  # writer_owner while an asyncio task holds the gate (no thread does)
-
-
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    """loop.call_soon_threadsafe from another thread, tolerating a loop that
-    has closed meanwhile (its waiters are gone with it)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, *args)
 
 
 class _Notifier:
@@ -94,7 +82,7 @@ class _Notifier:
         self._ready.append(fut)
         if not self._scheduled:
             self._scheduled = True
-            _call_soon(self._loop, self._drain)
+            call_soon(self._loop, self._drain)
 
     def _drain(self) -> None:  # the loop's thread
         # Reset before draining: a future added after this line schedules
@@ -102,7 +90,7 @@ class _Notifier:
         self._scheduled = False
         ready = self._ready
         while ready:
-            _set_done(ready.popleft())
+            set_done(ready.popleft())
         # Once per burst, not once per write: the answered writes leave the
         # deadline lines (a write cancelled or timed out leaves at the next
         # burst or when the timer fires).
@@ -112,19 +100,16 @@ class _Notifier:
 # (when, the write's future, its process state, its request): what
 # _expire_write needs, kept in the line itself rather than in a callable
 # made for every write
-_Deadline = tuple[float, "asyncio.Future[None]", Any, Request]
+_Deadline = tuple[float, "asyncio.Future[None]", ProcessState, Request]
 
 
-def _expire_write(state: Any, req: Request, fut: asyncio.Future[None], limit: float) -> None:
+def _expire_write(
+    state: ProcessState, req: Request, fut: asyncio.Future[None], limit: float
+) -> None:
     """The timeout of an ``execute``: withdraw the write if no batch has
     taken it yet; otherwise its batch's outcome will come, however late."""
     if not fut.done() and state.batcher.cancel(req):
-        fut.set_exception(
-            WriteTimeout(
-                f"no write gate within {limit:g} s: the write was still queued for group "
-                "commit; raise timeout= or make write transactions shorter"
-            )
-        )
+        fut.set_exception(state.batcher.timeout_error(limit))
 
 
 class _Deadlines:
@@ -145,7 +130,9 @@ class _Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._at = math.inf  # when the timer fires (inf: not set)
 
-    def add(self, limit: float, fut: asyncio.Future[None], state: Any, req: Request) -> None:
+    def add(
+        self, limit: float, fut: asyncio.Future[None], state: ProcessState, req: Request
+    ) -> None:
         """Expire write ``req`` (:func:`_expire_write`) ``limit`` seconds from
         now unless ``fut`` is done by then."""
         when = self._loop.time() + limit
@@ -200,8 +187,9 @@ class AsyncDatabase:
 
     def __init__(self, db: Database) -> None:
         self.sync = db
+        self._engine = engine = engine_of(db)
         self._pool = ThreadPoolExecutor(
-            max_workers=db._readers + 2, thread_name_prefix="litegate-aio"
+            max_workers=engine.readers + 2, thread_name_prefix="litegate-aio"
         )
         self._notifiers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Notifier] = (
             weakref.WeakKeyDictionary()
@@ -223,73 +211,59 @@ class AsyncDatabase:
 
     # -- plumbing -------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-
-    async def _turn(
-        self, q: HandoffQueue[Any] | FairLock, limit: float, *how: Any
-    ) -> tuple[int, Any]:
-        """Wait in ``q``'s line on the loop (no thread): (READY, item) or
-        (CREATE, None). ``how``: what a FairLock waiter brings (budget, tag).
-        Raises TimeoutError, or QueueClosed."""
         loop = asyncio.get_running_loop()
-        holder: list[asyncio.Future[None]] = [loop.create_future()]
+        try:
+            work = loop.run_in_executor(self._pool, fn, *args)
+        except RuntimeError:  # close() shut the pool: what is under way still ends
+            work = loop.run_in_executor(None, fn, *args)
+        return await work
 
-        def notify() -> None:  # any thread; a FairLock waiter may be told more than once
-            _call_soon(loop, _set_done, holder[0])
-
-        status, item, waiter = q.enqueue(notify, *how)
-        if status != QUEUED:
-            return status, item
-        assert waiter is not None
-        line: Any = q  # each queue takes back its own kind of waiter
-        deadline = None if math.isinf(limit) else loop.time() + limit
-        while True:
-            try:
-                remaining = None if deadline is None else max(0.0, deadline - loop.time())
-                await asyncio.wait_for(holder[0], remaining)
-            except BaseException:  # timeout or cancellation: leave the queue
-                line.cancel(waiter)
-                raise
-            holder[0] = loop.create_future()
-            status, item = line.claim(waiter)
-            if status != QUEUED:
-                return status, item
+    def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on a thread without waiting (a cancelled block's
+        clean-up), even once close() has shut the pool, as the sync face
+        lets a transaction in progress end after close()."""
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            threading.Thread(target=fn, args=args, name="litegate-aio-end", daemon=True).start()
 
     async def _wait_turn(
         self, q: HandoffQueue[Any] | FairLock, limit: float, write: bool, *how: Any
     ) -> tuple[int, Any]:
-        """_turn with litegate's errors: PoolTimeout or WriteTimeout, Closed."""
+        """:func:`wait_turn` with litegate's errors: PoolTimeout or
+        WriteTimeout, Closed."""
+        engine = self._engine
         try:
-            return await self._turn(q, limit, *how)
-        except TimeoutError:
+            return await wait_turn(q, limit, *how)
+        except QueueTimeout:
+            state = engine.state()
             if write:
-                self.sync._process_state().gate_wait.record_timeout()
-                raise WriteTimeout(f"no write gate within {limit:g} s") from None
-            raise PoolTimeout(f"no read connection free within {limit:g} s") from None
+                raise engine.gate_timeout(state, limit) from None
+            state.pool.histogram.record_timeout()  # (as the pool's own wait records it)
+            raise engine.pool_timeout(state, limit) from None
         except QueueClosed:
-            raise Closed(f"database {self.sync.path!r} is closed") from None
+            raise engine.closed_while("write" if write else "read") from None
 
     def _limit(self, timeout: float | None) -> float:
-        return self.sync.timeout if timeout is None else seconds("timeout", timeout)
+        return self._engine.limit(timeout)
 
     # -- reads ----------------------------------------------------------------
     async def query(
         self, sql: str, params: Params = (), *, timeout: float | None = None
     ) -> list[Any]:
         """Run one read statement on a pooled read-only connection."""
-        state = self.sync._process_state()
+        state = self._engine.state()
         status, conn = await self._wait_turn(state.pool, self._limit(timeout), write=False)
         # From here the thread owns the connection and always returns it, even
         # if this task is cancelled meanwhile.
         return await self._run(self._query_in_thread, state, conn if status != CREATE else None,
                                sql, params)  # fmt: skip
 
-    def _query_in_thread(self, state: Any, conn: sqlite3.Connection | None, sql: str,
+    def _query_in_thread(self, state: ProcessState, conn: sqlite3.Connection | None, sql: str,
                          params: Params) -> list[Any]:  # fmt: skip
         if conn is None:
-            conn = state.pool.create()
-            assert conn is not None
-        return self.sync._query_on(state, conn, sql, params)
+            conn = self._engine.open_reserved(state)
+        return self._engine.query_on(state, conn, sql, params)
 
     def read(self, timeout: float | None = None) -> _AsyncRead:
         """``async with db.read() as rx``: ``await rx.execute(...)`` in one snapshot."""
@@ -330,7 +304,7 @@ class AsyncDatabase:
         timeout: float | None,
         fn: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> Request:
-        state = self.sync._process_state()
+        state = self._engine.state()
         if state.writer_block is not None:  # (a task holds the gate: is it this one?)
             _refuse_nested(state, "await db.transact()" if fn else "await db.execute()")
         limit = self._limit(timeout)
@@ -345,7 +319,7 @@ class AsyncDatabase:
         try:
             state.batcher.submit(req)
         except RuntimeError:
-            raise Closed(f"database {self.sync.path!r} is closed") from None
+            raise self._engine.closed_while("write") from None
         # The loop's one deadline timer, not asyncio.wait_for (a task and a
         # future per write) nor a timer per write.
         if not math.isinf(limit):
@@ -438,37 +412,36 @@ class _AsyncBlock:
 
 class _AsyncWrite(_AsyncBlock):
     async def __aenter__(self) -> _Tx:
-        adb, db = self._adb, self._adb.sync
-        state = db._process_state()
+        adb, engine = self._adb, self._adb._engine
+        state = engine.state()
         _refuse_nested(state, "async with db.write()")
         limit = adb._limit(self._timeout)
-        loop = asyncio.get_running_loop()
         start = time.monotonic()
-        await adb._wait_turn(state.filegate.lock, limit, True, state.budget, db)
+        # The engine tags its callers in the gate's line (a close wakes them).
+        await adb._wait_turn(state.filegate.lock, limit, True, state.budget, engine)
         # The in-process gate is ours; the cross-process gate and BEGIN
         # IMMEDIATE may block, so they run on a thread.
-        work = loop.run_in_executor(adb._pool, db._gate_from_loop, state, start, limit)
+        work = adb._run(engine.finish_gate, state, start, limit)
 
         def give_back(conn: WriterConnection) -> None:  # cancelled meanwhile
-            adb._pool.submit(db._end, state, conn, False)
+            adb._spawn(engine.end, state, conn, False)
 
         conn = await _finish_even_if_cancelled(work, give_back)
-        state.writer_owner = _ASYNC_OWNER
         self.task = asyncio.current_task()
         self.thread = threading.get_ident()
         # Statements of the block under way on the pool's threads: a fork()
         # on the loop's thread while none is may close the child's copy of
-        # the writer (see Database._forget_parent_state).
+        # the writer (see Engine.forget_parent).
         self.calls = 0
         self.calls_lock = threading.Lock()
-        state.writer_block = self
+        engine.lend_to_block(state, self)
         self._state, self._conn = state, conn
         return _Tx(adb, conn, self)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
         conn = self._conn
-        end = self._adb._run(self._adb.sync._end, self._state, conn, et is None)
+        end = self._adb._run(self._adb._engine.end, self._state, conn, et is None)
         await _finish_even_if_cancelled(end)
         if ev is not None:
             typed = conn.guard.typed(ev)  # a COMMIT or PRAGMA the guard refused, as the sync face
@@ -478,33 +451,38 @@ class _AsyncWrite(_AsyncBlock):
 
 class _AsyncRead(_AsyncBlock):
     async def __aenter__(self) -> _Tx:
-        adb, db = self._adb, self._adb.sync
-        state = db._process_state()
+        adb = self._adb
+        state = adb._engine.state()
         status, conn = await adb._wait_turn(state.pool, adb._limit(self._timeout), write=False)
+        self._state = state
         work = adb._run(self._open, state, conn if status != CREATE else None)
-        self._state, self._conn = state, await _finish_even_if_cancelled(work, self._giveback)
+        self._conn = await _finish_even_if_cancelled(work, self._giveback)
         return _Tx(adb, self._conn)
 
-    def _open(self, state: Any, conn: sqlite3.Connection | None) -> sqlite3.Connection:
+    def _open(self, state: ProcessState, conn: sqlite3.Connection | None) -> sqlite3.Connection:
+        engine = self._adb._engine
         if conn is None:
-            conn = state.pool.create()
-            assert conn is not None
-        conn.execute("BEGIN")
+            conn = engine.open_reserved(state)
+        try:
+            conn.execute("BEGIN")
+        except BaseException:
+            engine.checkin(state, conn)
+            raise
         return conn
 
     def _giveback(self, conn: sqlite3.Connection) -> None:
-        self._adb._pool.submit(self._adb.sync._checkin, self._adb.sync._process_state(), conn)
+        self._adb._spawn(self._adb._engine.checkin, self._state, conn)
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
         await _finish_even_if_cancelled(
-            self._adb._run(self._adb.sync._checkin, self._state, self._conn)
+            self._adb._run(self._adb._engine.checkin, self._state, self._conn)
         )
-        if ev is not None and _is_read_only(ev):
-            raise _read_only(ev, self._conn) from ev
+        if ev is not None and is_read_only(ev):
+            raise read_only_error(ev, self._conn) from ev
 
 
-def _refuse_nested(state: Any, what: str) -> None:
+def _refuse_nested(state: ProcessState, what: str) -> None:
     """A write that the task inside ``async with db.write()`` awaits (its own
     call, or a task it awaits: ``wait_for`` before Python 3.12, ``gather``,
     ``await task``) would wait for the block that waits for it: refuse at

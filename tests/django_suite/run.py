@@ -2,7 +2,7 @@
 stock ``django.db.backends.sqlite3`` in the same run, and fail if litegate
 fails a test that the stock engine passes.
 
-    python tests/django_suite/run.py                 # the label set of issue 8
+    python tests/django_suite/run.py                 # LABELS: the parts a backend changes
     python tests/django_suite/run.py --all           # Django's whole suite
     python tests/django_suite/run.py --labels basic,queries --parallel 2
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--labels", help="comma-separated test labels (default: issue 8's set)")
+    p.add_argument("--labels", help="comma-separated test labels (default: LABELS)")
     p.add_argument("--all", action="store_true", help="Django's whole suite")
     p.add_argument("--parallel", type=int, default=2, help="Django's --parallel (default 2)")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The misuse suite's contract (issue 17), shared by its property-based
+"""The misuse suite's contract, shared by its property-based
 tests: a call given bad input either succeeds or raises a typed
 :class:`litegate.Error` whose message says what to do; never another
 exception, never a hang past its bound, never a lost committed row (each

@@ -60,7 +60,7 @@ from typing import Any
 
 import litegate
 import litegate.aio
-from litegate import _filelock, _grantlog
+from litegate import _grantlog, _lockformat
 from tests.litegate import ckptlog
 from tests.litegate.workers import on_threads
 
@@ -238,8 +238,8 @@ def _dump(path: str, procs: dict[int, tuple[Any, int]]) -> str:
     """What the gate looks like now: for a stall or a hang."""
     sidecar = path + "-litegate"
     lines = [
-        f"queue: {_filelock.read_queue(sidecar)}",
-        f"counters: {_filelock.read_counters(sidecar)}",
+        f"queue: {_lockformat.read_queue(sidecar)}",
+        f"counters: {_lockformat.read_counters(sidecar)}",
     ]
     ino = os.stat(sidecar).st_ino
     with open("/proc/locks") as f:
@@ -298,7 +298,7 @@ def run(
                 shown = began
                 while (now := time.monotonic()) < end:
                     time.sleep(0.02)
-                    counters = _filelock.read_counters(sidecar)
+                    counters = _lockformat.read_counters(sidecar)
                     grants = counters["grants"] if counters else 0
                     # progress: a grant across processes, or a commit (a
                     # process passing the gate among its own threads takes

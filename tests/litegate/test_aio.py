@@ -420,3 +420,57 @@ def test_cancelled_and_answered_writes_leave_the_deadline_lines(db_path: str) ->
         await db.close()
 
     run(main())
+
+
+def test_both_faces_time_out_and_close_with_the_same_words(db_path: str) -> None:
+    """A wait that times out or is closed says the same, with what to do, on
+    the sync face and on asyncio (asyncio's said only the limit)."""
+    db = litegate.connect(db_path, readers=1)
+    adb = litegate.aio.AsyncDatabase(db)
+
+    async def write_block() -> None:
+        async with adb.write(timeout=0.05):
+            pass
+
+    with gate_held_by_another_thread(db):
+        with pytest.raises(litegate.WriteTimeout) as sync_write, db.write(timeout=0.05):
+            pass
+        with pytest.raises(litegate.WriteTimeout) as async_write:
+            run(write_block())
+    assert str(async_write.value) == str(sync_write.value)
+    assert "raise timeout= or make write transactions shorter" in str(sync_write.value)
+    with db.read():
+        with pytest.raises(litegate.PoolTimeout) as sync_read:
+            db.query("SELECT 1", timeout=0.05)
+        with pytest.raises(litegate.PoolTimeout) as async_read:
+            run(adb.query("SELECT 1", timeout=0.05))
+        assert str(async_read.value) == str(sync_read.value)
+        assert "raise readers= or timeout=" in str(sync_read.value)
+        assert db.stats()["pool"]["timeouts"] == 2  # counted alike
+
+        # Closed while waiting for a read connection: both faces' waiters.
+        closed: list[BaseException] = []
+
+        def sync_waiter() -> None:
+            try:
+                db.query("SELECT 1", timeout=10)
+            except litegate.Closed as exc:
+                closed.append(exc)
+
+        async def both() -> None:
+            task = asyncio.ensure_future(adb.query("SELECT 1", timeout=10))
+            await until(lambda: db._process_state().pool.waiting == 1, "the task in line")
+            t = threading.Thread(target=sync_waiter)
+            t.start()
+            await until(lambda: db._process_state().pool.waiting == 2, "the thread in line")
+            db.close()
+            with pytest.raises(litegate.Closed) as async_closed:
+                await task
+            await asyncio.to_thread(t.join)
+            closed.append(async_closed.value)
+
+        run(both())
+    assert [str(e) for e in closed] == [
+        f"database {db_path!r} was closed while waiting to read"
+    ] * 2
+    adb._pool.shutdown(wait=False)

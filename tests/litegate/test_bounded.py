@@ -1,4 +1,4 @@
-"""Bounded fairness across processes, proven from the grant log (issue 18).
+"""Bounded fairness across processes, proven from the grant log.
 
 Real processes (fork and spawn) write through the gate with the grant log on;
 afterwards the log is checked for what the README states:

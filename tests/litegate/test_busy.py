@@ -1,4 +1,4 @@
-"""Busy strategies exactly as seed 000 (and SQLite's own table) define them."""
+"""Busy strategies exactly as Ruby's sqlite3 adapter (and SQLite's own table) define them."""
 
 from __future__ import annotations
 

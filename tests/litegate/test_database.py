@@ -1,4 +1,10 @@
-"""The public API of a Database, and every bad input the issue lists."""
+"""The public API of a Database, and every bad input the issue lists.
+
+The behaviour suite runs on both faces: each test that takes ``db`` or
+``connect`` runs once on the sync :class:`litegate.Database` and once on
+:mod:`litegate.aio` (through tests/litegate/faces.py), so the faces cannot
+drift apart unseen. Tests of what only one face has (a thread's nested
+write, file permissions) take ``sync_db`` or connect directly."""
 
 from __future__ import annotations
 
@@ -10,23 +16,61 @@ import sys
 import tempfile
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import litegate
 from tests.conftest import gate_held_by_another_thread, running_as_root, wait_until
+from tests.litegate.faces import AsyncFace, sync_of
+
+Connect = Callable[..., Any]
 
 
-def count(db: litegate.Database) -> int:
+@pytest.fixture(params=["sync", "aio"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
+    """``litegate.connect`` on this run's face (closed at the end)."""
+    opened: list[Any] = []
+
+    def open_(path: str, **kwargs: Any) -> Any:
+        db = litegate.connect(path, **kwargs)
+        face = db if request.param == "sync" else AsyncFace(db)
+        opened.append(face)
+        return face
+
+    yield open_
+    for face in opened:
+        face.close()
+        if isinstance(face, AsyncFace):
+            face.shutdown()
+
+
+@pytest.fixture
+def db(connect: Connect, db_path: str) -> Any:
+    """The suite's database (table ``t``) on this run's face."""
+    database = connect(db_path, readers=2, timeout=10)
+    database.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    return database
+
+
+@pytest.fixture
+def sync_db(db_path: str) -> Iterator[litegate.Database]:
+    database = litegate.connect(db_path, readers=2, timeout=10)
+    database.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    yield database
+    database.close()
+
+
+def count(db: Any) -> int:
     return int(db.query("SELECT count(*) FROM t")[0][0])
 
 
 # -- the API ---------------------------------------------------------------
 
 
-def test_execute_returns_after_commit(db: litegate.Database, db_path: str) -> None:
+def test_execute_returns_after_commit(db: Any, db_path: str) -> None:
     r = db.execute("INSERT INTO t(v) VALUES (?)", ("a",))
     assert r == litegate.WriteResult(rowcount=1, lastrowid=1, rows=[])
     # Visible to a connection that litegate does not manage: it is committed.
@@ -34,7 +78,7 @@ def test_execute_returns_after_commit(db: litegate.Database, db_path: str) -> No
         assert other.execute("SELECT v FROM t").fetchall() == [("a",)]
 
 
-def test_executemany_is_one_transaction(db: litegate.Database) -> None:
+def test_executemany_is_one_transaction(db: Any) -> None:
     r = db.executemany("INSERT INTO t(v) VALUES (?)", [(i,) for i in range(10)])
     assert r.rowcount == 10
     assert db.stats()["writes"]["committed"] == 2  # CREATE TABLE + this one
@@ -43,12 +87,32 @@ def test_executemany_is_one_transaction(db: litegate.Database) -> None:
     assert count(db) == 10  # the failed batch left nothing behind
 
 
-def test_returning_rows(db: litegate.Database) -> None:
+def test_returning_rows(db: Any) -> None:
     r = db.execute("INSERT INTO t(v) VALUES (?) RETURNING id, v", ("x",))
     assert r.rows == [(1, "x")]
 
 
-def test_write_block_commits_and_rolls_back(db: litegate.Database) -> None:
+def test_transact_returns_fns_value_after_commit_and_fails_alone(db: Any) -> None:
+    def two(conn: Any) -> int:
+        conn.execute("INSERT INTO t(v) VALUES ('a')")
+        conn.execute("INSERT INTO t(v) VALUES ('b')")
+        return 2
+
+    def half_then_fail(conn: Any) -> None:
+        conn.execute("INSERT INTO t(v) VALUES ('undone')")
+        raise ZeroDivisionError
+
+    assert db.transact(two) == 2
+    with pytest.raises(ZeroDivisionError):
+        db.transact(half_then_fail)
+    assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["a", "b"]
+    with pytest.raises(litegate.TransactionError):
+        db.execute("COMMIT")  # litegate's transaction is not the caller's to end
+    with pytest.raises(litegate.ConfigError, match=r"db\.vacuum"):
+        db.execute("VACUUM")
+
+
+def test_write_block_commits_and_rolls_back(db: Any) -> None:
     with db.write() as conn:
         conn.execute("INSERT INTO t(v) VALUES (1)")
         assert conn.in_transaction
@@ -64,7 +128,7 @@ def test_write_block_commits_and_rolls_back(db: litegate.Database) -> None:
     assert count(db) == 1
 
 
-def test_read_block_is_one_snapshot(db: litegate.Database) -> None:
+def test_read_block_is_one_snapshot(db: Any) -> None:
     db.execute("INSERT INTO t(v) VALUES (1)")
     with db.read() as conn:
         before = conn.execute("SELECT count(*) FROM t").fetchone()[0]
@@ -101,8 +165,8 @@ def test_read_then_write_in_write_block_never_locked(db_path: str) -> None:
     db.close()
 
 
-def test_stats_report_what_is_in_force(db_path: str) -> None:
-    db = litegate.connect(db_path, profile="conservative", pragmas={"cache_size": -4000})
+def test_stats_report_what_is_in_force(connect: Connect, db_path: str) -> None:
+    db = connect(db_path, profile="conservative", pragmas={"cache_size": -4000})
     db.query("SELECT 1")
     s = db.stats()
     w = s["pragmas"]["writer"]
@@ -126,8 +190,8 @@ def test_stats_report_what_is_in_force(db_path: str) -> None:
     db.close()
 
 
-def test_stats_count_waits(db: litegate.Database) -> None:
-    with gate_held_by_another_thread(db):
+def test_stats_count_waits(db: Any) -> None:
+    with gate_held_by_another_thread(sync_of(db)):
         w = threading.Thread(target=lambda: db.execute("INSERT INTO t(v) VALUES (1)"))
         w.start()
         wait_until(lambda: db.stats()["gate"]["waiting"] == 1)
@@ -141,8 +205,8 @@ def test_stats_count_waits(db: litegate.Database) -> None:
     assert g["waiting"] == 0
 
 
-def test_close_is_idempotent_and_final(db_path: str) -> None:
-    db = litegate.connect(db_path)
+def test_close_is_idempotent_and_final(connect: Connect, db_path: str) -> None:
+    db = connect(db_path)
     db.close()
     db.close()
     assert "closed" in repr(db)
@@ -158,8 +222,8 @@ def test_close_is_idempotent_and_final(db_path: str) -> None:
         db.stats()
 
 
-def test_close_wakes_queued_writers_and_readers(db_path: str) -> None:
-    db = litegate.connect(db_path, readers=1, timeout=30)
+def test_close_wakes_queued_writers_and_readers(connect: Connect, db_path: str) -> None:
+    db = connect(db_path, readers=1, timeout=30)
     held = threading.Event()
     leave = threading.Event()
     results: list[str] = []
@@ -221,9 +285,9 @@ def test_exceptions_are_catchable_as_documented() -> None:
 # -- timeouts ---------------------------------------------------------------
 
 
-def test_write_timeout_when_gate_held(db: litegate.Database) -> None:
+def test_write_timeout_when_gate_held(db: Any) -> None:
     with (
-        gate_held_by_another_thread(db),
+        gate_held_by_another_thread(sync_of(db)),
         pytest.raises(litegate.WriteTimeout, match="raise timeout="),
     ):
         db.execute("INSERT INTO t(v) VALUES (1)", timeout=0.05)
@@ -232,8 +296,8 @@ def test_write_timeout_when_gate_held(db: litegate.Database) -> None:
     assert count(db) == 1
 
 
-def test_pool_timeout(db_path: str) -> None:
-    db = litegate.connect(db_path, readers=1)
+def test_pool_timeout(connect: Connect, db_path: str) -> None:
+    db = connect(db_path, readers=1)
     with db.read(), pytest.raises(litegate.PoolTimeout, match="readers="):
         db.query("SELECT 1", timeout=0.05)
     assert db.query("SELECT 1") == [(1,)]
@@ -291,14 +355,14 @@ def test_bad_arguments(db_path: str, kwargs: dict[str, object], message: str) ->
         litegate.connect(db_path, **kwargs)  # type: ignore[arg-type]
 
 
-def test_bad_per_call_timeout(db: litegate.Database) -> None:
+def test_bad_per_call_timeout(db: Any) -> None:
     with pytest.raises(litegate.ConfigError):
         db.execute("SELECT 1", timeout=0)
     with pytest.raises(litegate.ConfigError):
         db.query("SELECT 1", timeout=-1)
 
 
-def test_bad_sql_reaches_only_its_caller(db: litegate.Database) -> None:
+def test_bad_sql_reaches_only_its_caller(db: Any) -> None:
     errors: dict[int, BaseException] = {}
     start = threading.Barrier(8)
 
@@ -326,7 +390,7 @@ def test_bad_sql_reaches_only_its_caller(db: litegate.Database) -> None:
     assert sorted(v for (v,) in db.query("SELECT v FROM t")) == [0, 1, 2, 4, 6, 7]
 
 
-def test_write_through_read_paths_is_refused(db: litegate.Database, db_path: str) -> None:
+def test_write_through_read_paths_is_refused(db: Any, db_path: str) -> None:
     db.execute("INSERT INTO t(v) VALUES ('keep')")
     statements = [
         "INSERT INTO t(v) VALUES ('x')",
@@ -346,7 +410,10 @@ def test_write_through_read_paths_is_refused(db: litegate.Database, db_path: str
     assert db.query("SELECT count(*) FROM t") == [(1,)]
 
 
-def test_nested_write_same_thread_is_an_error_not_a_deadlock(db: litegate.Database) -> None:
+def test_nested_write_same_thread_is_an_error_not_a_deadlock(sync_db: litegate.Database) -> None:
+    """A thread's nested write (the asyncio face's nesting is a task's: in
+    test_aio.py)."""
+    db = sync_db
     with db.write() as conn:
         conn.execute("INSERT INTO t(v) VALUES ('outer')")
         with pytest.raises(litegate.NestedWriteError, match=r"enclosing db\.write"), db.write():
@@ -357,7 +424,7 @@ def test_nested_write_same_thread_is_an_error_not_a_deadlock(db: litegate.Databa
     assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["outer", "still fine"]
 
 
-def test_existing_data_survives_bad_input(db: litegate.Database, db_path: str) -> None:
+def test_existing_data_survives_bad_input(db: Any, db_path: str) -> None:
     db.execute("INSERT INTO t(v) VALUES ('precious')")
     with pytest.raises(litegate.ConfigError):
         litegate.connect(db_path, profile="nope")

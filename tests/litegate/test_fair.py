@@ -7,6 +7,7 @@ arrival order is known, then assert the grant order exactly.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sqlite3
 import threading
@@ -29,6 +30,9 @@ from litegate._fair import (
     HandoffQueue,
     QueueClosed,
     QueueTimeout,
+    set_done,
+    set_done_soon,
+    wait_turn,
 )
 from tests.conftest import wait_until
 
@@ -403,7 +407,7 @@ def test_pool_of_five_hands_back_in_order() -> None:
 
 
 def test_unfair_mode_lets_newcomer_barge() -> None:
-    """The lab's "fairness off" mode really is unfair (seed 001)."""
+    """The lab's "fairness off" mode really is unfair (what it is kept to measure)."""
     q: HandoffQueue[str] = HandoffQueue(1, lambda: "conn", fair=False)
     item = q.get(1)
     got: list[str] = []
@@ -498,3 +502,119 @@ def test_repr_and_counts() -> None:
     lock.release()
     t.join()
     assert not lock.locked
+
+
+# -- the one wait on an event loop, over both lines -------------------------------
+
+
+def test_wait_turn_on_a_loop_keeps_arrival_order_with_threads() -> None:
+    """Tasks and threads share one line: a task queued before a thread is
+    served before it, and a task's CREATE reservation is its own."""
+    lock = FairLock(STRICT)
+    assert lock.acquire(1)
+    order: list[str] = []
+
+    async def task() -> None:
+        status, item = await wait_turn(lock, 10)
+        assert (status, item) == (READY, None)
+        order.append("task")
+        lock.release()
+
+    def thread() -> None:
+        assert lock.acquire(10)
+        order.append("thread")
+        lock.release()
+
+    async def main() -> None:
+        t = asyncio.ensure_future(task())
+        await asyncio.sleep(0)
+        assert lock.waiting == 1
+        th = threading.Thread(target=thread)
+        th.start()
+        await asyncio.to_thread(wait_until, lambda: lock.waiting == 2)
+        lock.release()
+        await t
+        await asyncio.to_thread(th.join)
+
+    asyncio.run(main())
+    assert order == ["task", "thread"]
+
+    q: HandoffQueue[str] = HandoffQueue(1, lambda: "conn")
+    assert asyncio.run(wait_turn(q, None)) == (_fair.CREATE, None)
+    assert q.created == 1
+
+
+def test_wait_turn_times_out_with_queue_timeout_and_leaves_the_line() -> None:
+    q: HandoffQueue[str] = HandoffQueue(1, lambda: "conn")
+    held = q.get(1)
+
+    async def main() -> None:
+        with pytest.raises(QueueTimeout):
+            await wait_turn(q, 0.05)
+        assert q.waiting == 0
+
+    asyncio.run(main())
+    q.put(held)
+    assert q.get(0.01) == "conn"  # nobody left behind to hand it to
+
+
+def test_wait_turn_cancelled_after_its_grant_passes_it_on() -> None:
+    """A task cancelled once the lock was handed to it gives it back: the
+    next waiter gets it, the lock is never lost."""
+    lock = FairLock(STRICT)
+    assert lock.acquire(1)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(wait_turn(lock, 10))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(wait_turn(lock, 10))
+        await asyncio.sleep(0)
+        assert lock.waiting == 2
+        first.cancel()  # (runs at the task's next step, after this grant)
+        lock.release()  # handed straight to the first (strict)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await second == (READY, None)
+        assert lock.locked
+        lock.release()
+
+    asyncio.run(main())
+    assert not lock.locked
+    assert lock.waiting == 0
+
+
+def test_wait_turn_raises_queue_closed() -> None:
+    lock = FairLock(STRICT)
+    assert lock.acquire(1)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(wait_turn(lock, 10))
+        await asyncio.sleep(0)
+        lock.close()
+        with pytest.raises(QueueClosed):
+            await waiting
+
+    asyncio.run(main())
+
+
+def test_set_done_completes_a_future_once_and_leaves_a_settled_one_alone() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        set_done(fut)
+        set_done(fut)  # done already: no InvalidStateError
+        assert fut.result() is None
+        cancelled: asyncio.Future[None] = loop.create_future()
+        cancelled.cancel()
+        set_done(cancelled)
+        assert cancelled.cancelled()
+        later: asyncio.Future[None] = loop.create_future()
+        await asyncio.to_thread(set_done_soon, loop, later)  # from another thread
+        await later
+
+    asyncio.run(main())
+    closed = asyncio.new_event_loop()
+    orphan = closed.create_future()
+    closed.close()
+    set_done_soon(closed, orphan)  # a closed loop took its waiters with it: no error
+    assert not orphan.done()

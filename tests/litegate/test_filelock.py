@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from litegate._filelock import _H_HEAD, _U64, HEAD, HOLDING, WAITING, ProcessLock
+from litegate._filelock import ProcessLock
+from litegate._lockformat import H_HEAD, HEAD, HOLDING, U64, WAITING
 from tests.conftest import wait_until
 
 
@@ -126,7 +127,7 @@ def _flip_records(path: str, n: int, start: Any) -> None:
     start.wait(30)
     for i in range(n):
         lock._make_head(7, 1000 + i)
-        lock._words[_H_HEAD >> 3] = 8 + (i & 1)
+        lock._words[H_HEAD >> 3] = 8 + (i & 1)
         lock._set_state(7, HOLDING)
     lock.close()
 
@@ -140,7 +141,7 @@ def test_another_process_never_sees_a_record_half_written(tmp_path: Path) -> Non
     path = str(tmp_path / "lock")
     lock = ProcessLock(path)
     lock._put_record(7, WAITING, 1, 1, 0, 0)
-    lock._words[_H_HEAD >> 3] = 8
+    lock._words[H_HEAD >> 3] = 8
     ctx: Any = mp.get_context("spawn")
     start = ctx.Event()
     p = ctx.Process(target=_flip_records, args=(path, 300_000, start))
@@ -150,7 +151,7 @@ def test_another_process_never_sees_a_record_half_written(tmp_path: Path) -> Non
     while p.is_alive() or reads == 0:
         for _ in range(2_000):
             state = lock._record(7)[1]
-            hint = _U64.unpack_from(lock._map, _H_HEAD)[0]
+            hint = U64.unpack_from(lock._map, H_HEAD)[0]
             torn += state not in (WAITING, HEAD, HOLDING) or hint not in (8, 9)
             reads += 1
     p.join(60)

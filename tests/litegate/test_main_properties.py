@@ -1,4 +1,4 @@
-"""The misuse suite, part 3 (issue 17): the command line. ``litegate
+"""The misuse suite, part 3: the command line. ``litegate
 doctor`` and ``litegate top`` run for real on every kind of path
 (a database, a missing file, a directory, a text file, an empty file, a
 pipe) with any mix of options; ``litegate bench`` and ``litegate web`` are

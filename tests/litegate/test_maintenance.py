@@ -235,7 +235,7 @@ def test_a_bad_sidecar_is_an_open_error(
     assert db_path + "-litegate" in str(info.value)
 
 
-# -- destinations that belong to a live database (issue 17, defect 1) -----------
+# -- destinations that belong to a live database -----------
 
 
 def _files_in(directory: Path) -> dict[str, tuple[int, int]]:
@@ -277,7 +277,7 @@ def test_a_destination_that_is_the_live_database_is_refused_before_anything_is_t
     call: str,
     overwrite: bool,
 ) -> None:
-    """Defect 1: backup/vacuum into the database itself deleted it (and its
+    """backup/vacuum into the database itself must not delete it (nor its
     -wal and -shm) before the check. Every other name for the database or
     its companions is refused too, whatever overwrite= says, and nothing is
     created, replaced or removed."""
@@ -413,7 +413,7 @@ def test_a_destination_that_is_not_a_file_path_is_a_config_error(
     error: type[Exception],
     message: str,
 ) -> None:
-    """Defect 16: backup(':memory:') made a file named ':memory:'."""
+    """backup(':memory:') is refused, not a file named ':memory:'."""
     monkeypatch.chdir(tmp_path)
     before = _files_in(tmp_path)
     with pytest.raises(error, match=message):
@@ -427,7 +427,7 @@ def test_a_destination_that_is_not_a_file_path_is_a_config_error(
 def test_a_directory_or_special_file_destination_is_an_open_error(
     db: litegate.Database, tmp_path: Path
 ) -> None:
-    """Defect 16: backup('dir', overwrite=True) raised IsADirectoryError."""
+    """backup('dir', overwrite=True) is a typed error, not IsADirectoryError."""
     folder = tmp_path / "backups"
     folder.mkdir()
     (folder / "keep.txt").write_text("mine")

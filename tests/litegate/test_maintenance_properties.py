@@ -1,4 +1,4 @@
-"""The misuse suite, part 2 (issue 17): ``db.backup()`` and
+"""The misuse suite, part 2: ``db.backup()`` and
 ``db.vacuum(into=)`` over destinations (the live database by every name,
 its companions, another database's, an existing file, a directory, a pipe,
 a missing folder, names that are not paths), spellings (absolute, relative,

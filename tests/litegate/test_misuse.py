@@ -1,4 +1,4 @@
-"""Misuse of the core (issue 17): each case once failed untyped, hung, lost
+"""Misuse of the core: each case once failed untyped, hung, lost
 data or broke the Database; each now gets a typed error or works."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 import litegate
 import litegate.aio
-from litegate import _filelock
+from litegate import _lockformat
 from tests.conftest import gate_held_by_another_thread, running_as_root, wait_until
 
 
@@ -36,7 +36,7 @@ def values(db: litegate.Database) -> list[Any]:
     return [v for (v,) in db.query("SELECT v FROM t ORDER BY id")]
 
 
-# -- defect 2: a huge or infinite timeout means "no limit", never OverflowError -------
+# -- a huge or infinite timeout means "no limit", never OverflowError -------
 
 
 @pytest.mark.parametrize("limit", [1e12, float("inf"), 10**15])
@@ -86,7 +86,7 @@ def test_bad_timeouts_are_config_errors(db_path: str, bad: Any) -> None:
         litegate.connect(db_path, timeout=bad)
 
 
-# -- defect 4: db.transact() with an async function -------------------------------------
+# -- db.transact() with an async function -------------------------------------
 
 
 async def _async_fn(conn: sqlite3.Connection) -> int:  # pragma: no cover - never runs
@@ -129,7 +129,7 @@ def test_transact_with_async_fn_on_the_asyncio_face(db_path: str) -> None:
     asyncio.run(main())
 
 
-# -- defect 5 and 6: PRAGMAs that break litegate, and values that are not values ---------
+# -- PRAGMAs that break litegate, and values that are not values ---------
 
 
 @pytest.mark.parametrize(
@@ -231,7 +231,7 @@ def test_stats_reads_pragmas_back_after_a_runtime_change(tdb: litegate.Database)
     assert tdb.stats()["pragmas"]["writer"]["temp_store"] == 1
 
 
-# -- defect 14: a setting through the read path -----------------------------------------
+# -- a setting through the read path -----------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -246,7 +246,7 @@ def test_setting_pragmas_through_reads_is_read_only_error(tdb: litegate.Database
     assert tdb.query("PRAGMA table_info(t)")[0][1] == "id"  # query PRAGMAs still work
 
 
-# -- defect 13: transaction control from user code ---------------------------------------
+# -- transaction control from user code ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -323,7 +323,7 @@ def test_execute_begin_is_a_typed_error(tdb: litegate.Database) -> None:
     assert isinstance(litegate.TransactionError("x"), litegate.Error)
 
 
-# -- defect 8: one file, one gate, whatever path names it --------------------------------
+# -- one file, one gate, whatever path names it --------------------------------
 
 
 def test_a_symlink_and_its_target_share_one_gate(tmp_path: Path) -> None:
@@ -367,7 +367,7 @@ def test_a_hard_linked_database_is_refused(tmp_path: Path) -> None:
         litegate.connect(str(tmp_path / "other.db"))
 
 
-# -- defect 9: fork() while another thread is inside db.write() --------------------------
+# -- fork() while another thread is inside db.write() --------------------------
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -410,7 +410,7 @@ def test_fork_while_another_thread_writes(tdb: litegate.Database, db_path: str) 
     tdb.execute("INSERT INTO t(v) VALUES ('parent again')")  # the parent's gate is back
 
 
-# -- defect 15 and the sidecar's header ----------------------------------------------------
+# -- the sidecar's header ----------------------------------------------------
 
 
 @pytest.fixture
@@ -490,7 +490,7 @@ def test_a_sidecar_with_a_damaged_counter_is_an_open_error(db_path: str, counter
     os.remove(db_path + "-litegate")
     with litegate.connect(db_path) as db:  # what the message says works
         db.execute("CREATE TABLE t(v)")
-    assert _filelock.read_queue(db_path + "-litegate") is not None
+    assert _lockformat.read_queue(db_path + "-litegate") is not None
 
 
 def _orphaned_log(db_path: str, rows: int) -> bytes:

@@ -1,4 +1,4 @@
-"""The misuse contract, searched for with Hypothesis (issue 17).
+"""The misuse contract, searched for with Hypothesis.
 
 For any arguments to ``connect()``, any PRAGMA through ``connect(pragmas=)``
 and any PRAGMA statement through ``db.execute()`` / ``db.query()``, litegate

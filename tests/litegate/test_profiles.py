@@ -1,4 +1,4 @@
-"""Profiles are exactly seed 004's PRAGMAs, and what is in force is read back."""
+"""Profiles are exactly the benchmark report's PRAGMAs, and what is in force is read back."""
 
 from __future__ import annotations
 

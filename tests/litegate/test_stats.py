@@ -46,3 +46,20 @@ def test_never_reports_above_max() -> None:
     assert h.percentile(99) <= 0.0123
     h.record_timeout()
     assert h.summary()["timeouts"] == 1
+
+
+def test_batch_sizes_and_waits_use_one_percentile_rule() -> None:
+    """Both summaries rank percentiles by the nearest-rank rule: the median
+    of 1, 2, 3, 4, 5 is 3 for batch sizes as for waits (batch sizes rounded
+    the rank half to even, and said 2)."""
+    from litegate._batch import SizeHistogram
+    from litegate._stats import WaitHistogram, nearest_rank
+
+    sizes = SizeHistogram()
+    waits = WaitHistogram()
+    for n in (1, 2, 3, 4, 5):
+        sizes.record(n)
+        waits.record(n / 1000)
+    assert sizes.summary()["p50"] == 3
+    assert round(waits.percentile(50) * 1000) == 3
+    assert [nearest_rank(q, 5) for q in (0, 50, 99, 100)] == [1, 3, 5, 5]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from multiprocessing.synchronize import Event
 
 import litegate
-from litegate import _filelock
+from litegate import _lockformat
 
 
 def on_threads(n: int, body: Callable[[int], None]) -> None:
@@ -114,7 +114,7 @@ def queued_writers(path: str) -> int:
     """How many writers are queued for the gate of lock file ``path``: the
     tickets in its queue whose slot lock is still held (a dead waiter's
     record stays, but the kernel dropped its lock)."""
-    table = _filelock.read_queue(path)
+    table = _lockformat.read_queue(path)
     if table is None:
         return 0
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -122,7 +122,7 @@ def queued_writers(path: str) -> int:
         alive = 0
         for _t, slot, _state in table[1]:
             probe = struct.pack(
-                "hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, _filelock._SLOT_LOCK_BASE + slot, 1, 0
+                "hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, _lockformat.slot_lock_offset(slot), 1, 0
             )
             got = fcntl.fcntl(fd, _GETLK, probe)
             if struct.unpack("hhqqixxxx", got)[0] != fcntl.F_UNLCK:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
-import math
 import os
 import re
 import sqlite3
@@ -33,12 +32,12 @@ from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 
 from .. import _profiles
-from .._database import _check_path as check_path
-from .._database import budget_of
 from .._errors import ConfigError, Error, OpenError, TransactionError, WriteTimeout
 from .._fair import BOUNDED
+from .._files import check_path
 from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._guard import is_denied
+from .._settings import budget_of, resolve_settings
 from .._statements import READ, TX, VACUUM, WRITE
 from .._statements import kind as statement_kind
 from .creation import DatabaseCreation
@@ -444,35 +443,20 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
                     "outside the write gate and Django's transactions; keep init_command to "
                     "PRAGMAs and run writes in a migration"
                 )
+        where = f"settings.DATABASES[{self.alias!r}]['OPTIONS']"
         try:
-            pragmas = _profiles.resolve(profile, overrides)
+            # the connection's timeout= also sets sqlite3's busy timeout
+            settings = resolve_settings(profile, overrides, timeout, busy_from_timeout=True)
         except ConfigError as exc:
-            raise SettingsError(f"settings.DATABASES[{self.alias!r}]['OPTIONS']: {exc}") from None
+            raise SettingsError(f"{where}: {exc}") from None
         try:
             self.litegate_budget = budget_of(fair)
         except ConfigError as exc:
-            raise SettingsError(
-                f"settings.DATABASES[{self.alias!r}]['OPTIONS']['fair']: {exc}"
-            ) from None
-        if timeout is None:
-            timeout = int(pragmas.get("busy_timeout", 5000)) / 1000.0
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not timeout > 0
-            or math.isnan(timeout)
-        ):
-            raise SettingsError(
-                f"settings.DATABASES[{self.alias!r}]['OPTIONS']['timeout'] must be a number "
-                f"of seconds greater than zero, got {timeout!r}"
-            )
-        kwargs["timeout"] = float(timeout)
-        self.litegate_timeout = float(timeout)
-        # Checkpoints run on litegate's background thread, not inside COMMIT.
-        self._litegate_every = int(pragmas.get("wal_autocheckpoint", 1000)) or 1000
-        pragmas["wal_autocheckpoint"] = 0
-        pragmas.setdefault("journal_size_limit", 8 * self._litegate_every * 4096)
-        pragmas.pop("busy_timeout", None)  # the connection's timeout= sets it
+            raise SettingsError(f"{where}['fair']: {exc}") from None
+        kwargs["timeout"] = settings.timeout
+        self.litegate_timeout = settings.timeout
+        self._litegate_every = settings.every
+        pragmas = settings.pragmas
         self.litegate_pragmas = pragmas
         return kwargs
 

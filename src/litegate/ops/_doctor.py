@@ -21,10 +21,8 @@ from typing import Any
 from urllib.parse import quote
 
 from .._checkpoint import litestream_markers, wal_reset_fixed
-from .._database import _check_path as check_path
-from .._database import orphan_log
 from .._errors import OpenError
-from .._files import SIDECAR, openers
+from .._files import SIDECAR, check_path, openers, orphan_log
 from .._profiles import PROFILES
 from ..queue import _sqlite as queue_sql
 from ._inspect import (

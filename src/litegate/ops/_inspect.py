@@ -13,26 +13,20 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
-# _MAGIC, _OLD_MAGIC, _SIZE, _GATE, _SLOT_LOCK_BASE, _TICKET_LIMIT: what
-# connect() accepts as a lock file and where its locks sit, beyond
-# read_queue() and read_counters(); private names of _filelock until it has
-# a named seam for them (issue 17's report).
-from .._filelock import (
-    _GATE,
-    _MAGIC,
-    _OLD_MAGIC,
-    _SIZE,
-    _SLOT_LOCK_BASE,
-    _TICKET_LIMIT,
+from .._files import SIDECAR
+from .._lockformat import (
+    GATE,
+    TABLE_SIZE,
     is_gate_lock,
     is_seat_lock,
     litestream_lock_offset,
     read_counters,
+    read_header,
     read_queue,
     seat_lock_offset,
+    slot_lock_offset,
     slot_of_lock,
 )
-from .._files import SIDECAR
 
 # SQLite's locks (os_unix.c, wal.c): in WAL mode, byte 120 of the -shm file
 # is the write lock, 121 the checkpointer's, 123..127 the read marks; in
@@ -252,11 +246,6 @@ def _unusable(sidecar: str) -> str:
     return ""
 
 
-def _grants(fd: int) -> int:
-    """The lock file's grant counter (read_counters' "grants", from ``fd``)."""
-    return int.from_bytes(os.pread(fd, 8, 16).ljust(8, b"\0"), "little")
-
-
 def gate_snapshot(path: str) -> GateSnapshot:
     """litegate's cross-process queue for the database at ``path``, read from
     its ``-litegate`` sidecar and the kernel's locks without taking any: the
@@ -287,15 +276,14 @@ def gate_snapshot(path: str) -> GateSnapshot:
 
 def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
     owners, pids = _slot_owners(sidecar, fd)
-    head = os.pread(fd, 16, 0).ljust(16, b"\0")
-    magic = head[:8]
-    nxt = int.from_bytes(head[8:16], "little")
-    # connect()'s rules (_filelock's _map_table): a blank or short file is
+    header = read_header(fd)
+    magic, nxt = header.magic, header.next_ticket
+    # connect()'s rules (_filelock's table set-up): a blank or short file is
     # filled in, an older litegate's is set up anew if nobody has it locked;
     # other first bytes, or a counter no writer could have reached, and it
     # refuses the file.
     problem = ""
-    if magic == _OLD_MAGIC:
+    if header.kind == "old":
         if _locked(fd, 1, 0):
             problem = (
                 "is an older litegate's lock file (format 1), and a process of that litegate "
@@ -303,22 +291,22 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
             )
         else:
             return GateSnapshot(sidecar=True, valid=True, pids=pids)  # set up anew on open
-    elif magic not in (_MAGIC, bytes(8)):
+    elif header.kind == "foreign":
         problem = f"is not a litegate lock file (its first bytes are {magic!r})"
-    elif nxt >= _TICKET_LIMIT:
+    elif header.damage == "ticket":
         problem = (
             f"is damaged: its ticket counter reads {nxt}, which litegate never writes (it "
             "grows by one a wait)"
         )
-    elif magic == _MAGIC and (grants := _grants(fd)) >= _TICKET_LIMIT:
+    elif header.damage == "grant":
         # connect() opens it, but every grant would overflow the counter
         problem = (
-            f"is damaged: its grant counter reads {grants}, which litegate never writes (it "
-            "grows by one a write transaction); writes through the gate fail"
+            f"is damaged: its grant counter reads {header.grants}, which litegate never "
+            "writes (it grows by one a write transaction); writes through the gate fail"
         )
     if problem:
         return GateSnapshot(sidecar=True, valid=False, problem=problem, pids=pids)
-    counters = (read_counters(sidecar) if magic == _MAGIC else None) or {}
+    counters = (read_counters(sidecar) if header.kind == "current" else None) or {}
     grants = int(counters.get("grants", 0))
     snap = GateSnapshot(sidecar=True, valid=True, next_ticket=nxt, grants=grants, pids=pids)
     # The kernel says whether the gate is held, right now: a holder that died
@@ -328,13 +316,17 @@ def _snapshot(sidecar: str, fd: int) -> GateSnapshot:
         snap.checkpointer_pid = owners.get(_SEAT_SLOT) or int(
             counters.get("checkpointer_pid", 0) or 0
         )
-    if _locked(fd, _GATE):
+    if _locked(fd, GATE):
         snap.holder = Ticket(grants, "holding", owners.get(_GATE_SLOT))
-    table = read_queue(sidecar) if magic == _MAGIC and os.fstat(fd).st_size >= _SIZE else None
+    table = (
+        read_queue(sidecar)
+        if header.kind == "current" and os.fstat(fd).st_size >= TABLE_SIZE
+        else None
+    )
     if table is None:
         return snap  # no tickets yet
     found = [
-        Ticket(t, state, owners.get(slot), _locked(fd, _SLOT_LOCK_BASE + slot))
+        Ticket(t, state, owners.get(slot), _locked(fd, slot_lock_offset(slot)))
         for t, slot, state in table[1]
     ]
     if not all(t.alive for t in found):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .._errors import ConfigError
 from . import _model as sql  # the state numbers and KeyTaken, shared by every store
@@ -256,19 +256,69 @@ def _check_jobs(jobs: Iterable[Job], what: str) -> list[Job]:
     return out
 
 
+class Store(Protocol):
+    """The seam between the queue's logic and a database: the functions
+    and read statements a store module provides (``_sqlite.py``,
+    ``_postgres.py``). Each function runs inside a transaction the driver
+    opened, on the store's own connection (``conn``); the rest of each
+    call is keyword arguments, so the stores may order them as they like."""
+
+    NEXT_DUE: str
+    SELECT_FINISHED: str
+    SELECT_JOB: str
+    SELECT_DEAD: str
+    COUNTS: str
+
+    def create_schema(self, conn: Any, /) -> int: ...
+    def insert_one(self, conn: Any, /, *, row: Any) -> int: ...
+    def insert_many(self, conn: Any, /, *, rows: Sequence[Any]) -> list[int]: ...
+    def claim(
+        self, conn: Any, /, *, queue: str, n: int, lease: float, token: int
+    ) -> tuple[list[Any], float]: ...
+    def bury(
+        self, conn: Any, /, *, owned: Sequence[sql.Owned], errors: dict[int, str], queue: str
+    ) -> int: ...
+    def ack(
+        self, conn: Any, /, *, now: float, owned: Sequence[sql.Owned], queue: str
+    ) -> list[int]: ...
+    def fail(
+        self,
+        conn: Any,
+        /,
+        *,
+        jid: int,
+        token: int,
+        until: float,
+        now: float,
+        retry_at: float,
+        error: str,
+        queue: str,
+    ) -> int | None: ...
+    def extend(
+        self, conn: Any, /, *, owned: Sequence[sql.Owned], lease: float, queue: str
+    ) -> tuple[list[int], float]: ...
+    def release(self, conn: Any, /, *, owned: Sequence[sql.Owned], queue: str) -> list[int]: ...
+    def recount(self, conn: Any, /) -> None: ...
+    def retry_dead(
+        self, conn: Any, /, *, queue: str, ids: Sequence[int] | None, now: float
+    ) -> tuple[int, list[tuple[int, int | None]]]: ...
+    def purge(
+        self, conn: Any, /, *, queue: str, state: int, before: float, limit: int, after: int
+    ) -> tuple[int, int | None]: ...
+
+
 class Core:
     """The operations of one named queue. Not tied to a connection or a
     thread; safe to share.
 
-    ``store`` is the seam to the database: a module (or object) with the
-    functions and read statements of ``_sqlite.py``. Everything that is not
+    ``store`` is the seam to the database (:class:`Store`). Everything that is not
     SQL (validation, encoding, tokens, back-off, errors) lives here, once.
     """
 
     def __init__(
-        self, name: str, *, retry_base: float, retry_max: float, store: Any = _sqlite
+        self, name: str, *, retry_base: float, retry_max: float, store: Store = _sqlite
     ) -> None:
-        self.store = store
+        self.store: Store = store
         if not isinstance(name, str) or not name:
             raise ConfigError(f"name must be a non-empty string, got {name!r}")
         self.name = name

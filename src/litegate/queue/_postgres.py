@@ -33,7 +33,31 @@ from .._errors import ConfigError, OpenError
 from ._errors import PayloadError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken, Owned, failed_mark, released_mark
 
-__all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]
+# The state numbers, re-exported for the logic, and the store seam (_core.Store).
+__all__ = [
+    "COUNTS",
+    "DEAD",
+    "DONE",
+    "LEASED",
+    "NEXT_DUE",
+    "READY",
+    "SELECT_DEAD",
+    "SELECT_FINISHED",
+    "SELECT_JOB",
+    "KeyTaken",
+    "ack",
+    "bury",
+    "claim",
+    "create_schema",
+    "extend",
+    "fail",
+    "insert_many",
+    "insert_one",
+    "purge",
+    "recount",
+    "release",
+    "retry_dead",
+]
 
 SCHEMA_VERSION = 2
 
@@ -453,8 +477,8 @@ def _claim_sql(n: int) -> str:
     # The LIMIT is written into the statement, not passed as a parameter:
     # once the table has statistics, PostgreSQL costs the generic plan of an
     # unknown LIMIT so high that it plans every execution of the prepared
-    # statement anew: a claim took ~0.9 ms instead of ~0.5 here (planning
-    # costs more than running it). One prepared statement per n instead.
+    # statement anew, and planning a claim costs more than running it. One
+    # prepared statement per n instead.
     return _CLAIM.replace("{n}", str(int(n)))
 
 

@@ -13,7 +13,7 @@ from .._database import Database, connect
 from .._errors import Closed, ConfigError
 from . import _postgres
 from . import _sqlite as sql
-from ._core import Also, Core, Finished, Job, JobInfo, Step, _seconds, drive
+from ._core import Also, Core, Finished, Job, JobInfo, Step, Store, _seconds, drive
 from ._errors import LeaseLost
 from ._pgdb import PgDatabase, PgWaker, is_url
 from ._waker import Waker
@@ -61,7 +61,7 @@ def open_db(db: Any, what: str) -> tuple[Any, bool]:
     )
 
 
-def store_and_waker(db: Any, name: str, poll: float) -> tuple[Any, Any]:
+def store_and_waker(db: Any, name: str, poll: float) -> tuple[Store, Any]:
     """The SQL and the claim waker for the database behind ``db`` (a litegate
     or a PgDatabase, or an asyncio wrapper of one, which has ``.sync``)."""
     sync = getattr(db, "sync", db)

@@ -55,7 +55,31 @@ from .._combine import shippable
 from .._errors import ConfigError
 from ._model import DEAD, DONE, LEASED, READY, KeyTaken, Owned, failed_mark, released_mark
 
-__all__ = ["DEAD", "DONE", "LEASED", "READY", "KeyTaken"]  # re-exported for the logic
+# The state numbers, re-exported for the logic, and the store seam (_core.Store).
+__all__ = [
+    "COUNTS",
+    "DEAD",
+    "DONE",
+    "LEASED",
+    "NEXT_DUE",
+    "READY",
+    "SELECT_DEAD",
+    "SELECT_FINISHED",
+    "SELECT_JOB",
+    "KeyTaken",
+    "ack",
+    "bury",
+    "claim",
+    "create_schema",
+    "extend",
+    "fail",
+    "insert_many",
+    "insert_one",
+    "purge",
+    "recount",
+    "release",
+    "retry_dead",
+]
 
 SCHEMA_VERSION = 4
 

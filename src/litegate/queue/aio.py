@@ -19,7 +19,6 @@ on the event loop's thread but encoding and decoding.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -27,6 +26,7 @@ from typing import Any
 
 from .._database import Database
 from .._errors import ConfigError
+from .._fair import set_done_soon
 from ..aio import AsyncDatabase
 from ..aio import connect as _aio_connect
 from ._core import Also, Finished, Job, JobInfo, Query, Step, Tx, _seconds
@@ -163,8 +163,7 @@ class Queue(QueueFace):
             woken: asyncio.Future[None] = loop.create_future()
 
             def wake(fut: asyncio.Future[None] = woken) -> None:  # any thread
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    loop.call_soon_threadsafe(_set, fut)
+                set_done_soon(loop, fut)
 
             self._waker.add(wake)
             unhook = self._sync_db.on_close(wake)
@@ -318,8 +317,3 @@ class Queue(QueueFace):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _set(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)

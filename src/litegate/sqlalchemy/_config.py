@@ -4,7 +4,6 @@ applies."""
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 import tempfile
@@ -13,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _profiles
-from .._database import budget_of
 from .._errors import ConfigError as _CoreConfigError
 from .._fair import BOUNDED, Budget
+from .._settings import budget_of, resolve_settings
 from ._errors import ConfigError
 
 # litegate's "default" profile minus foreign_keys=ON: SQLAlchemy's stock
@@ -66,27 +65,11 @@ def resolve(profile: Any, pragmas: Any, timeout: Any, fair: Any = True) -> Setti
             f"pragmas must be a mapping such as {{'synchronous': 'FULL'}}, got {pragmas!r}"
         )
     try:
-        resolved = _profiles.resolve(profile, pragmas)
+        # sqlite3's timeout= sets the connections' busy timeout
+        settings = resolve_settings(profile, pragmas, timeout, busy_from_timeout=True)
     except _CoreConfigError as exc:
         raise ConfigError(f"sqlite+litegate: {exc}") from None
-    if timeout is None:
-        timeout = int(resolved.get("busy_timeout", 5000)) / 1000.0
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not timeout > 0
-        or math.isnan(timeout)
-    ):
-        raise ConfigError(
-            f"sqlite+litegate: timeout must be a number of seconds greater than zero, got "
-            f"{timeout!r}"
-        )
-    # Checkpoints run on litegate's background thread, not inside COMMIT.
-    every = int(resolved.get("wal_autocheckpoint", 1000)) or 1000
-    resolved["wal_autocheckpoint"] = 0
-    resolved.setdefault("journal_size_limit", 8 * every * 4096)
-    resolved.pop("busy_timeout", None)  # sqlite3's timeout= sets it
-    return Settings(resolved, float(timeout), every, budget)
+    return Settings(settings.pragmas, settings.timeout, settings.every, budget)
 
 
 # What a URL's query string may hold: litegate's settings, then the sqlite3

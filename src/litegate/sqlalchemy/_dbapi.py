@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .. import _profiles
-from .._database import _check_path as check_path
-from .._database import open_error
+from .._engine import open_error
 from .._errors import ConfigError as CoreConfigError
 from .._errors import NestedWriteError
 from .._errors import OpenError as CoreOpenError
 from .._fair import BOUNDED
+from .._files import check_path
 from .._gate import FileGate, drop_after_fork, on_fork_in_child
 from .._guard import is_denied
 from .._profiles import guarded_change

@@ -1,8 +1,8 @@
 """The fair pool ``sqlite+litegate`` uses by default for file databases.
 
 SQLAlchemy's ``QueuePool`` lets a thread that just returned a connection
-take it back ahead of the threads already waiting (SQLAlchemy issue 7679;
-seed 001 measured the tail it makes). :class:`FairQueuePool` keeps
+take it back ahead of the threads already waiting (SQLAlchemy issue 7679),
+which gives the threads that wait a long tail. :class:`FairQueuePool` keeps
 ``QueuePool``'s interface and sizing (``pool_size``, ``max_overflow``,
 ``timeout``, ``use_lifo``, ``status()`` …) and changes who gets a
 connection: the right to hold one is a permit handed out by litegate's
@@ -19,8 +19,6 @@ is idle, and there are that many permits.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
 import threading
 import weakref
@@ -30,7 +28,7 @@ from typing import Any
 from sqlalchemy import exc
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, Pool, QueuePool
 
-from .._fair import CREATE, QUEUED, HandoffQueue, QueueTimeout
+from .._fair import CREATE, HandoffQueue, QueueTimeout, wait_turn
 from ._compat import await_, in_greenlet
 
 # Every pool of this process, for the fork hook.
@@ -180,36 +178,10 @@ def _driver(dbapi_connection: Any) -> Any:
     return getattr(dbapi_connection, "driver_connection", dbapi_connection)
 
 
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 def _wait_on_loop(permits: HandoffQueue[bool], timeout: float | None) -> None:
     """``permits.get(timeout)`` from SQLAlchemy's greenlet, waiting on the
     event loop instead of blocking it. Cancelled: leaves the line."""
-    loop = asyncio.get_running_loop()
-    woken: list[asyncio.Future[None]] = [loop.create_future()]
-
-    def notify() -> None:  # any thread
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(_wake, woken[0])
-
-    status, _, waiter = permits.enqueue(notify)
-    deadline = None if timeout is None else loop.time() + timeout
-    while status == QUEUED:
-        assert waiter is not None
-        left = None if deadline is None else max(0.0, deadline - loop.time())
-        try:
-            await_(asyncio.wait_for(woken[0], left))
-        except asyncio.TimeoutError:
-            permits.cancel(waiter)
-            raise QueueTimeout from None
-        except BaseException:
-            permits.cancel(waiter)
-            raise
-        woken[0] = loop.create_future()
-        status = permits.claim(waiter)[0]
+    status, _ = await_(wait_turn(permits, timeout))
     if status == CREATE:
         permits.create()
 

@@ -371,7 +371,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-# -- settings litegate.django cannot use (issue 17, defect 16) -------------------
+# -- settings litegate.django cannot use -------------------
 
 
 def wrapper_for(name: str, options: object) -> Any:
@@ -838,3 +838,27 @@ def test_odd_database_settings_are_settings_errors_that_say_what_to_pass(tmp_pat
 
     with pytest.raises(DatabaseOpenError, match="is not a SQLite database or is damaged"):
         wrapper_for(str(garbage), {}).ensure_connection()
+
+
+@pytest.mark.parametrize(
+    ("options", "given"),
+    [
+        ({"timeout": 0}, {"timeout": 0}),
+        ({"timeout": "soon"}, {"timeout": "soon"}),
+        ({"pragmas": {"busy_timeout": 0}}, {"pragmas": {"busy_timeout": 0}}),
+    ],
+)
+def test_options_timeout_is_refused_with_connects_words(
+    tmp_path: Any, options: dict[str, Any], given: dict[str, Any]
+) -> None:
+    """OPTIONS["timeout"] (or the profile's busy_timeout) is resolved as
+    connect() resolves it: the same error, prefixed with where it was set."""
+    from litegate.django import SettingsError
+
+    path = str(tmp_path / "x.db")
+    with pytest.raises(litegate.ConfigError) as core:
+        litegate.connect(path, **given)
+    with pytest.raises(SettingsError) as info:
+        wrapper_for(path, options).ensure_connection()
+    assert str(info.value) == f"settings.DATABASES['misuse']['OPTIONS']: {core.value}"
+    assert not os.path.exists(path)  # refused before anything was opened

@@ -89,7 +89,7 @@ def test_enqueue_then_a_worker_runs_it_and_the_result_comes_back() -> None:
 def test_a_task_that_raises_fails_once_with_its_error() -> None:
     result = tasks.boom.enqueue()
     stats = run_burst()
-    # Issue 17 item 16: a FAILED task was counted as acked.
+    # a FAILED task is not counted as acked
     assert (stats["processed"], stats["acked"], stats["failed"]) == (1, 0, 1)
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
@@ -133,7 +133,7 @@ def test_a_task_raising_systemexit_or_keyboardinterrupt_fails_once_in_a_real_wor
 
 
 def test_a_task_released_unstarted_records_no_worker_lost(tmp_path: Path) -> None:
-    """Issue 21 item 5: a task claimed ahead (prefetch) and given back
+    """a task claimed ahead (prefetch) and given back
     unstarted when the worker stops was left RUNNING in its result, so the
     next worker recorded a WorkerLost for an attempt that never ran. Now the
     release undoes what the claim recorded, in the release's transaction."""

@@ -1,6 +1,6 @@
-"""``litegate doctor`` agrees with ``litegate.connect()`` (issue 17, defect
-10): on each bad sidecar, doctor's verdict is checked against what connect
-then does on the same file; a SIGKILLed gate holder is reported as gone;
+"""``litegate doctor`` agrees with ``litegate.connect()``: on each bad
+sidecar, doctor's verdict is checked against what connect then does on the
+same file; a SIGKILLed gate holder is reported as gone;
 doctor leaves no file behind and no lock dropped; ``doctor --json | head``
 ends quietly."""
 
@@ -23,7 +23,7 @@ from litegate.__main__ import main
 from litegate.ops import diagnose
 from tests.conftest import wait_until
 
-MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_lockformat.MAGIC)
 OLD_MAGIC = b"LGTQ0001"  # an older litegate's (strict ticket order), set up anew if unused
 
 
@@ -437,7 +437,7 @@ def test_doctor_json_into_a_closed_pipe_ends_quietly(db_path: str) -> None:
 def test_top_on_what_is_not_a_database_exits_2_like_doctor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, message: str
 ) -> None:
-    """Defect 11: top drew an empty dashboard and exited 0."""
+    """top on a database it cannot read says so and exits non-zero, not an empty dashboard and 0."""
     path = str(tmp_path / "x.db")
     make(path)  # type: ignore[operator]
     assert main(["top", path, "--iterations", "1"]) == 2

@@ -1,4 +1,4 @@
-"""The misuse suite, part 1 (issue 17): ``litegate doctor``'s verdict
+"""The misuse suite, part 1: ``litegate doctor``'s verdict
 against what ``litegate.connect()`` then does on the same file, over
 sidecar contents (random bytes, truncations, patched tables, huge ticket
 counters, a directory, a pipe, symlinks), database file contents (random
@@ -39,9 +39,9 @@ from tests.conftest import running_as_root
 from tests.litegate.misuse import Outcome, attempt, examples, ran, scaled
 
 ROWS = 20
-MAGIC = b"LGTQ0002"  # the lock file's first bytes (_filelock)
+MAGIC = b"LGTQ0002"  # the lock file's first bytes (_lockformat.MAGIC)
 OLD_MAGIC = b"LGTQ0001"  # an older litegate's: set up anew when nobody uses it
-TABLE = 128 + 4096 * 48  # the lock file's size (_filelock._SIZE); checked by the template
+TABLE = 128 + 4096 * 48  # the lock file's size (_lockformat.TABLE_SIZE); checked by the template
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def write_and_read_anything(path: str) -> None:
 # Two of connect()'s messages say what went wrong and nothing about what to
 # do: its generic fallbacks, "cannot open X: <what sqlite3 said>" (a file
 # SQLite finds damaged: "database disk image is malformed", "unsupported file
-# format"; _database._open_error) and "cannot open litegate's lock file X:
+# format"; _engine.open_error) and "cannot open litegate's lock file X:
 # [Errno N] ..." (a sidecar symlink to nothing; _gate.FileGate._new). Both
 # are the core's (the lead's); test_doctor.py's strict xfails track them.
 # Until then the properties excuse these messages, and these only, from

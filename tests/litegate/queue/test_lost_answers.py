@@ -1,4 +1,4 @@
-"""Exactly-once edges (issue 21 item 5): an ack, fail, extend or release
+"""Exactly-once edges: an ack, fail, extend or release
 whose COMMIT happened but whose answer never reached the caller.
 
 The answer is lost on purpose, after the commit:

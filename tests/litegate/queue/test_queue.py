@@ -806,7 +806,7 @@ def test_aio_claim_cancelled_mid_flight_gives_its_jobs_back(
 
 
 def test_a_job_of_another_queue_is_refused_and_left_alone(make_queue: MakeQueue) -> None:
-    """Issue 17 item 7: ``Queue(db, "b").ack(job_of_a)`` used to ack the job
+    """``Queue(db, "b").ack(job_of_a)`` used to ack the job
     in queue a (its token matched). Every finishing call now refuses it
     before anything is sent, saying whose job it is."""
     a, b = make_queue("a"), make_queue("b")
@@ -842,7 +842,7 @@ def test_a_job_of_another_queue_is_refused_and_left_alone(make_queue: MakeQueue)
 def test_retry_dead_of_jobs_that_are_not_dead_says_so_and_revives_nothing(
     make_queue: MakeQueue,
 ) -> None:
-    """Issue 17 item 16: ``retry_dead([id that is not dead])`` returned 0 as
+    """``retry_dead([id that is not dead])`` returned 0 as
     if there was nothing to do; ``retry_dead(5)`` raised an untyped error."""
     q = make_queue()
     dead = q.put("d", max_attempts=1)

@@ -1,4 +1,4 @@
-"""The misuse suite for queue calls (issue 17): sequences of ``ack``,
+"""The misuse suite for queue calls: sequences of ``ack``,
 ``ack_many``, ``fail``, ``extend``, ``extend_many``, ``release`` and
 ``retry_dead`` made through the wrong queue, twice, after the lease ran
 out, with odd arguments (and some answers lost after their commit, then

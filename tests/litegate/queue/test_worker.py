@@ -410,7 +410,7 @@ def test_a_missing_database_directory_exits_2_with_the_open_error(
 def test_a_database_that_does_not_exist_exits_2_unless_create(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 17 item 12: ``--db typo.db`` used to make an empty database and
+    """``--db typo.db`` used to make an empty database and
     idle on it (``--burst`` exited 0). A missing file is an error that says
     so; ``--create`` makes one. Nothing is created without it, also with
     --processes (the check runs before any worker process starts)."""
@@ -438,7 +438,7 @@ def test_a_database_that_does_not_exist_exits_2_unless_create(
 def test_the_supervisor_says_how_a_worker_process_ended_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 17 item 16: "worker process 7 exited with exited with status 1"."""
+    """ "worker process 7 exited with exited with status 1"."""
     from litegate.queue._cli import _Child, _Supervisor
 
     class Ended:

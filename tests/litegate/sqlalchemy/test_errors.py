@@ -303,8 +303,8 @@ def test_query_only_refusal_points_at_the_read_only_scope(shared_file: tuple[Eng
 BAD_URLS = [
     ("timeout=abc", r"\?timeout= must be a number of seconds, got 'abc' \(for example"),
     ("timeout=5&timeout=6", r"\?timeout= is given 2 times in the URL \('5', '6'\); give it once"),
-    ("timeout=0", "timeout must be a number of seconds greater than zero, got 0.0"),
-    ("timeout=nan", "timeout must be a number of seconds greater than zero, got nan"),
+    ("timeout=0", "timeout must be greater than zero, got 0.0; use float"),
+    ("timeout=nan", "timeout must be greater than zero, got nan; use float"),
     ("pragmas=nosuch=1", "SQLite does not know PRAGMA 'nosuch'"),
     ("pragmas=synchronous=FULL&pragmas=cache_size=1", r"\?pragmas= is given 2 times"),
     ("pragmas=journal_mode=DELETE", "PRAGMA journal_mode = 'DELETE': litegate runs readers"),
