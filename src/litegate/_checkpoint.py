@@ -35,7 +35,7 @@ call has copied everything it keeps every writer from restarting the log
 until it ends, after the call. Every other checkpoint call (the RESTART
 turns below, ``db.checkpoint()``, ``db.vacuum()``) holds the write gate: no
 litegate commit runs meanwhile. On a SQLite with the fix (3.51.3, 3.50.7,
-3.44.6 and later) the pin is left out. The README's "How it works" quotes
+3.44.6 and later) the pin is left out. docs/how-it-works.md quotes
 the source.
 
 A round:

@@ -403,7 +403,7 @@ def connect(
 
     - ``readers``: size of the read-only connection pool (opened lazily).
     - ``profile``: ``"default"``, ``"conservative"``, ``"balanced"`` or
-      ``"aggressive"`` (see the README's profiles table).
+      ``"aggressive"`` (see docs/profiles.md).
     - ``timeout``: seconds a caller may wait for the write gate or a read
       connection; default: the profile's ``busy_timeout``.
     - ``pragmas``: PRAGMAs that override the profile's (None removes one).
@@ -419,7 +419,7 @@ def connect(
       ``fair=False``.
     - ``combine``: combine this process's single-statement writes
       (``execute``, ``executemany``) with other processes' into one
-      transaction, committed by one process at a time (the README's
+      transaction, committed by one process at a time (docs/how-it-works.md,
       "Combined writes across processes"). Statements must mean the same in
       every process: no SQL functions, collations or adapters registered in
       one process only.

@@ -385,7 +385,7 @@ class Budget(NamedTuple):
 
 STRICT = Budget(0, 0.0)
 UNFAIR = Budget(math.inf, math.inf)
-# The defaults of fair=True, chosen by measurement (README, "Fair order").
+# The defaults of fair=True, chosen by measurement (docs/guarantees.md, "Fair order, with bounds").
 BOUNDED = Budget(16, 0.002)
 
 

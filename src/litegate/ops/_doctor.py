@@ -541,7 +541,7 @@ def _checkpoint_findings(rep: Report, gate: GateSnapshot) -> None:
             f"{version} (this Python's) is older than the fix for SQLite's WAL-reset bug "
             "(3.51.3, or 3.50.7 and 3.44.6 on their lines): a checkpoint that starts while "
             "another connection's commit restarts the WAL can corrupt the database. litegate's "
-            "own checkpoints never run while a litegate commit can restart the WAL (README, "
+            "own checkpoints never run while a litegate commit can restart the WAL (docs: "
             '"How it works"); it cannot do that for connections that do not go through '
             "litegate (the sqlite3 shell, another program, Litestream's own checkpoints)"
         )

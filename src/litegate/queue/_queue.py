@@ -79,8 +79,8 @@ class QueueFace:
     # The write gate's policy of a database the queue opens from a path.
     # Queue calls are short writes from many threads of many processes; there
     # strict FIFO gave more jobs per second than the bounded default, for one
-    # job per call and for batches alike (bench queue e2e, the README's Queue
-    # section). Pass your own Database to choose another.
+    # job per call and for batches alike (bench queue e2e; docs/results/queue.md).
+    # Pass your own Database to choose another.
     FAIR = "strict"
 
     def _setup(self, name: str, db: Any, retry_base: float, retry_max: float, poll: float) -> None:

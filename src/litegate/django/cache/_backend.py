@@ -43,7 +43,7 @@ _OPTIONS = {
     "readers": f"read connections per process, opened as needed (default {READERS})",
     "timeout": "seconds a call may wait for the write gate or a read connection",
     # Django's own culling options, honoured as Django's backends do
-    "MAX_ENTRIES": "Django's: cull when this many entries are there (see the README)",
+    "MAX_ENTRIES": "Django's: cull when this many entries are there (docs/guides/django-cache.md)",
     "CULL_FREQUENCY": "Django's: cull 1/CULL_FREQUENCY of the entries (0: all)",
 }
 

@@ -28,14 +28,14 @@ log = logging.getLogger("litegate.django.cache")
 # What a row costs beyond its key and value, roughly: the row's header and
 # rowid, and the key index's copy of the key with its rowid. ``size`` (what
 # max_bytes bounds) is key + value + this; the file is bigger by the pages'
-# free space (see the README's sizing notes).
+# free space (see docs/guides/django-cache.md).
 ROW_OVERHEAD = 32
 
 # The cache file's PRAGMAs over litegate's default profile. synchronous=NORMAL
 # in WAL mode: a commit does not fsync (a power cut may lose the last sets),
 # a checkpoint does, on litegate's background thread, so the file is never
 # corrupted (measured with `litegate bench durability --writers cache`, as
-# synchronous=OFF, see the README). Many read connections (READERS) with a
+# synchronous=OFF, see docs/guides/django-cache.md). Many read connections (READERS) with a
 # small page cache each, and reads through mmap (10 KB values: ~7 % more gets
 # per second, measured).
 PRAGMAS: dict[str, Any] = {
