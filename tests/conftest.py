@@ -73,7 +73,7 @@ def pg_server() -> Iterator[Any]:
     """A PostgreSQL 15 server of our own (Unix socket, fsync off), started
     once and removed at the end. Skipped, with how to get the binaries, on
     a machine without them."""
-    from litegate.lab._pgserver import MISSING_HELP, PgServer, PgUnavailable, find_bindir
+    from litegate_lab._pgserver import MISSING_HELP, PgServer, PgUnavailable, find_bindir
 
     if find_bindir() is None:
         pytest.skip(MISSING_HELP)
