@@ -30,6 +30,7 @@ from ._errors import (
     PoolTimeout,
     ReadOnlyError,
     WriteTimeout,
+    sqlite_code,
 )
 from ._fair import BOUNDED, STRICT, UNFAIR, Budget, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork, on_fork_in_child
@@ -153,7 +154,7 @@ _PLAIN: dict[str, bool] = {}
 
 
 def _errcode(exc: BaseException) -> int:
-    return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+    return sqlite_code(exc)
 
 
 class _ProcessState:

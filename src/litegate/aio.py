@@ -261,7 +261,7 @@ class AsyncDatabase:
         """_turn with litegate's errors: PoolTimeout or WriteTimeout, Closed."""
         try:
             return await self._turn(q, limit, *how)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on
             if write:
                 self.sync._process_state().gate_wait.record_timeout()
                 raise WriteTimeout(f"no write gate within {limit:g} s") from None

@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +205,11 @@ def test_pragma_statements_work_or_say_what_to_do(
             # SQL that SQLite rejects: its own error, to this caller only
             if "not authorized" in str(exc):
                 leaked = exc
+        except ValueError as exc:
+            # sqlite3's own refusal of a NUL in SQL: a ValueError before Python
+            # 3.11 (a sqlite3.ProgrammingError, caught above, from 3.11 on)
+            if sys.version_info >= (3, 11) or "null character" not in str(exc):
+                raise
         assert leaked is None, f"{sql!r} via {through}: untyped {leaked!r}"
         # Whatever the PRAGMA did to this connection, litegate still works:
         # still WAL, still read and written, and the Database not broken.
