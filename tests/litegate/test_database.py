@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def test_execute_returns_after_commit(db: litegate.Database, db_path: str) -> No
     r = db.execute("INSERT INTO t(v) VALUES (?)", ("a",))
     assert r == litegate.WriteResult(rowcount=1, lastrowid=1, rows=[])
     # Visible to a connection that litegate does not manage: it is committed.
-    with sqlite3.connect(db_path) as other:
+    with closing(sqlite3.connect(db_path)) as other:
         assert other.execute("SELECT v FROM t").fetchall() == [("a",)]
 
 

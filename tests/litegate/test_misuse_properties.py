@@ -19,6 +19,7 @@ import sqlite3
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -34,10 +35,10 @@ ROWS = 25
 # Process-wide settings: a random value would change every other test's
 # process (a 1-byte heap limit), so they are not drawn.
 PROCESS_WIDE = {"hard_heap_limit", "soft_heap_limit", "threads", "shrink_memory"}
-_KNOWN = sorted(
-    ({r[0] for r in sqlite3.connect(":memory:").execute("PRAGMA pragma_list")} | set(PRAGMA_RULES))
-    - PROCESS_WIDE
-)
+with closing(sqlite3.connect(":memory:")) as _memory:
+    _KNOWN = sorted(
+        ({r[0] for r in _memory.execute("PRAGMA pragma_list")} | set(PRAGMA_RULES)) - PROCESS_WIDE
+    )
 
 names = st.one_of(
     st.sampled_from(sorted(GUARDED)),  # the ones that break litegate, drawn often

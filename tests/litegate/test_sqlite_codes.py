@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,8 @@ def test_the_code_sqlite3_sets_wins() -> None:
 def test_a_real_error_has_its_code(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database, not at all" * 200)
-    with pytest.raises(sqlite3.DatabaseError) as info:
-        sqlite3.connect(junk).execute("SELECT * FROM sqlite_master").fetchall()
+    with closing(sqlite3.connect(junk)) as conn, pytest.raises(sqlite3.DatabaseError) as info:
+        conn.execute("SELECT * FROM sqlite_master").fetchall()
     assert sqlite_code(info.value) == 26
     assert hasattr(info.value, "sqlite_errorcode") == (sys.version_info >= (3, 11))
     with pytest.raises(litegate.OpenError, match="is not a SQLite database"):
