@@ -10,12 +10,14 @@ LITESTREAM := .tools/bin/litestream
 # SQLAlchemy 2.0 (the previous release line) for make test-sqlalchemy-full
 SQLA20 := .venv-sqla20
 
-.PHONY: litestream demo test lint typecheck unit docs chromium fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-cache bench-web bench-replication hey clean
+.PHONY: litestream demo test lint typecheck unit docs chromium fuse redis django-suite django-cache-suite test-django-full test-django-matrix test-matrix test-oldest-newest test-durability soak sqlalchemy-suite test-sqlalchemy-full bench-core bench-queue bench-queue-pg bench-queue-scale bench-tasks bench-cache bench-web bench-replication hey clean
 
-$(STAMP): pyproject.toml
+# The product (src/, every extra) and the lab (lab/, the litegate-lab
+# distribution: litegate bench and litegate web), both editable.
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,lab,queue,web,ops,postgres,docs]'
+	$(PY) -m pip install --quiet -e '.[dev,django,sqlalchemy,ops,postgres,docs]' -e lab
 	touch $(STAMP)
 
 $(HEY):
@@ -49,11 +51,11 @@ demo: $(STAMP) $(HEY) redis
 test: lint typecheck unit django-suite django-cache-suite sqlalchemy-suite
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests demo
-	$(VENV)/bin/ruff format --check src tests demo
+	$(VENV)/bin/ruff check src lab/src tests demo
+	$(VENV)/bin/ruff format --check src lab/src tests demo
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy src tests demo
+	$(VENV)/bin/mypy src lab/src tests demo
 
 # pytest runs everything under tests/, the documentation's build and browser
 # check (tests/docs) included.
@@ -80,6 +82,16 @@ chromium:
 	else \
 		echo "chromium is missing and this is not root with apt-get: the documentation's browser check will skip"; \
 	fi
+
+# The product's unit tests (tests/litegate) on the other supported Pythons,
+# 3.10, 3.12 and 3.13, each in its own venv (.venv-py310, ...) with the
+# extras that install there; make test covers the default one (3.11).
+test-matrix:
+	bash tests/matrix.sh 3.10 3.12 3.13
+
+# CI's share of it: the oldest and the newest.
+test-oldest-newest:
+	bash tests/matrix.sh 3.10 3.13
 
 # libfuse 3 for the power-cut filesystem of `bench durability` and its tests:
 # from the distribution's packages where missing (as root, with apt-get).
@@ -225,4 +237,4 @@ bench-replication: $(STAMP) $(LITESTREAM)
 	$(VENV)/bin/litegate bench replication --runs 3 --seconds 10 --out results/replication
 
 clean:
-	rm -rf $(VENV) site .tools .venv-django42 .venv-django6 $(SQLA20) .mypy_cache .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) site .tools .venv-django42 .venv-django6 .venv-py310 .venv-py312 .venv-py313 $(SQLA20) .mypy_cache .pytest_cache .ruff_cache .cache

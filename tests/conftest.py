@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,16 @@ def db(db_path: str) -> Iterator[litegate.Database]:
     database.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
     yield database
     database.close()
+
+
+def collect_dropped() -> None:
+    """``gc.collect()`` for a test that drops a Database or connection
+    without closing it on purpose: Python 3.13's sqlite3 warns
+    (ResourceWarning, "unclosed database") for each such connection, as it
+    does for any connection nobody closed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -73,7 +85,7 @@ def pg_server() -> Iterator[Any]:
     """A PostgreSQL 15 server of our own (Unix socket, fsync off), started
     once and removed at the end. Skipped, with how to get the binaries, on
     a machine without them."""
-    from litegate.lab._pgserver import MISSING_HELP, PgServer, PgUnavailable, find_bindir
+    from litegate_lab._pgserver import MISSING_HELP, PgServer, PgUnavailable, find_bindir
 
     if find_bindir() is None:
         pytest.skip(MISSING_HELP)

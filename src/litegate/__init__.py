@@ -22,6 +22,7 @@ from ._errors import (
 from ._fair import Budget as Bounded
 from ._maintenance import BackupResult, CheckpointResult, OptimizeResult, VacuumResult
 from ._profiles import PROFILES
+from ._version import __version__ as __version__
 
 __all__ = [
     "BUSY_STRATEGIES",
@@ -44,5 +45,3 @@ __all__ = [
     "WriteTimeout",
     "connect",
 ]
-
-__version__ = "0.1.0"

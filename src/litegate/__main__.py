@@ -1,12 +1,12 @@
 """``litegate`` / ``python -m litegate``: the command line.
 
-Commands: ``doctor`` and ``top``, to look at a database in use; ``bench``,
-the lab (``litegate bench --help``); ``web``, seed 003's
-app in Django or FastAPI (``litegate web --help``); and ``worker``, which runs a function
-over a job queue (``litegate worker --help``). The lab lives in
-:mod:`litegate.lab` and needs the ``lab`` extra; the worker lives in
-:mod:`litegate.queue`. Both are imported only when their command runs, so
-``import litegate`` never pays for them.
+Commands: ``doctor`` and ``top``, to look at a database in use, and
+``worker``, which runs a function over a job queue (``litegate worker
+--help``). Other distributions add commands through the ``litegate.commands``
+entry point group (a name, and a function that takes the arguments after it
+and returns the exit code): the lab, ``litegate-lab``, adds ``bench`` and
+``web``. Each command is imported only when it runs, so ``import litegate``
+never pays for them.
 """
 
 from __future__ import annotations
@@ -14,10 +14,38 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
 
 import litegate
 
-_INSTALL = "pip install 'litegate[lab]'"
+COMMANDS_GROUP = "litegate.commands"
+"""The entry point group where other distributions register commands."""
+
+_BUILTIN = {
+    "doctor": "a read-only report on a database, with what to do; 'litegate doctor --help'",
+    "top": "a live view of a database across processes; 'litegate top --help'",
+    "worker": "run a function for every job of a queue; 'litegate worker --help' for options",
+}
+
+# The lab's commands, named in the help and answered with how to install the
+# lab when it is absent.
+_LAB = {
+    "bench": "run a lab experiment (the seeds); 'litegate bench --help' lists them",
+    "web": "the web app (Django or FastAPI): 'litegate web seed DB', 'litegate web serve DB'",
+}
+_LAB_INSTALL = (
+    "pip install litegate-lab\n"
+    "(in a checkout of litegate: make .venv/.installed, or pip install -e lab)"
+)
+
+
+def _plugins() -> dict[str, str]:
+    """Command name -> entry point value, for every registered command
+    that is not a built-in one."""
+    return {
+        ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP) if ep.name not in _BUILTIN
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,86 +55,63 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"litegate {litegate.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    sub.add_parser(
-        "bench",
-        help="run a lab experiment (the seeds); 'litegate bench --help' lists them",
-        add_help=False,
-    )
-    sub.add_parser(
-        "doctor",
-        help="a read-only report on a database, with what to do; 'litegate doctor --help'",
-        add_help=False,
-    )
-    sub.add_parser(
-        "top",
-        help="a live view of a database across processes; 'litegate top --help'",
-        add_help=False,
-    )
-    sub.add_parser(
-        "web",
-        help="seed 003's app (Django or FastAPI): 'litegate web seed DB', 'litegate web serve DB'",
-        add_help=False,
-    )
-    sub.add_parser(
-        "worker",
-        help="run a function for every job of a queue; 'litegate worker --help' for options",
-        add_help=False,
-    )
+    plugins = _plugins()
+    helps = dict(_BUILTIN)
+    for name in sorted({*_LAB, *plugins}):
+        text = _LAB.get(name, f"from {plugins.get(name, '')}")
+        helps[name] = text if name in plugins else f"{text} (needs litegate-lab)"
+    for name in sorted(helps):
+        sub.add_parser(name, help=helps[name], add_help=False)
     return parser
 
 
-def _web(args: list[str]) -> int:
+def _plugin(name: str) -> Callable[[list[str]], int] | None:
+    """The function the ``name`` command's entry point names, or None."""
+    for ep in entry_points(group=COMMANDS_GROUP):
+        if ep.name == name:
+            main_of: Callable[[list[str]], int] = ep.load()
+            return main_of
+    return None
+
+
+def _external(name: str, args: list[str]) -> int | None:
+    """Run command ``name`` from its entry point; None when no distribution
+    registers it (2, with how to install, for one of the lab's)."""
     try:
-        from litegate.lab.web._cli import main as web_main
-    except ModuleNotFoundError as exc:
+        main_of = _plugin(name)
+    except ModuleNotFoundError as exc:  # registered, but its distribution is broken
         print(
-            f"litegate web needs the web extra (missing: {exc.name!r}).\n"
-            "Install it with:  pip install 'litegate[web]'",
+            f"litegate {name} cannot import {exc.name!r}; reinstall the distribution "
+            f"that provides it ({_plugins().get(name, '?')}).",
             file=sys.stderr,
         )
         return 2
-    return web_main(args)
-
-
-def _bench(args: list[str]) -> int:
-    from importlib import import_module
-
-    lab = import_module("litegate.lab")
-    missing: list[str] = lab.missing_requirements()
-    if missing:
+    if main_of is not None:
+        return main_of(args)
+    if name in _LAB:
         print(
-            f"litegate bench needs the lab extra (missing: {', '.join(missing)}).\n"
-            f"Install it with:  {_INSTALL}",
+            f"litegate {name} is part of litegate's lab, which is not installed.\n"
+            f"Install it with:  {_LAB_INSTALL}",
             file=sys.stderr,
         )
         return 2
-    try:
-        cli = import_module("litegate.lab._cli")
-    except ModuleNotFoundError as exc:
-        print(
-            f"litegate bench cannot import {exc.name!r}: the lab extra is incomplete.\n"
-            f"Install it with:  {_INSTALL}",
-            file=sys.stderr,
-        )
-        return 2
-    code: int = cli.main(args)
-    return code
+    return None
 
 
 def _run(args: list[str]) -> int:
-    if args and args[0] == "bench":
-        return _bench(args[1:])
     if args and args[0] in ("doctor", "top"):
         from litegate.ops import _cli as ops_cli
 
         main_of = ops_cli.doctor_main if args[0] == "doctor" else ops_cli.top_main
         return main_of(args[1:])
-    if args and args[0] == "web":
-        return _web(args[1:])
     if args and args[0] == "worker":
         from litegate.queue._cli import main as worker_main
 
         return worker_main(args[1:])
+    if args and not args[0].startswith("-"):
+        code = _external(args[0], args[1:])
+        if code is not None:
+            return code
     _parser().parse_args(args)  # prints help or a usage error and exits
     return 2  # pragma: no cover - parse_args always exits here
 

@@ -29,7 +29,15 @@ from ._batch import GroupCommit, Request, autocommit, refusal
 from ._busy import BusyStrategy, is_busy, retry_busy
 from ._checkpoint import Checkpointer  # the file's, shared (FileGate)
 from ._combine import Ship
-from ._errors import Closed, NestedWriteError, OpenError, PoolTimeout, ReadOnlyError, WriteTimeout
+from ._errors import (
+    Closed,
+    NestedWriteError,
+    OpenError,
+    PoolTimeout,
+    ReadOnlyError,
+    WriteTimeout,
+    sqlite_code,
+)
 from ._fair import Budget, HandoffQueue, QueueClosed, QueueTimeout
 from ._gate import FileGate, drop_after_fork
 from ._guard import (
@@ -63,7 +71,7 @@ _PLAIN: dict[str, bool] = {}
 
 
 def _errcode(exc: BaseException) -> int:
-    return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+    return sqlite_code(exc)
 
 
 def _blocks_the_loop(what: str) -> NestedWriteError:

@@ -4,6 +4,29 @@ from __future__ import annotations
 
 import sqlite3
 
+# SQLite's message for each primary result code litegate tells apart, for
+# Pythons whose sqlite3 errors carry no code (sqlite_errorcode is 3.11's).
+_CODE_OF_MESSAGE = {
+    "database is locked": 5,  # SQLITE_BUSY
+    "database table is locked": 6,  # SQLITE_LOCKED
+    "attempt to write a readonly database": 8,  # SQLITE_READONLY
+    "disk I/O error": 10,  # SQLITE_IOERR
+    "database disk image is malformed": 11,  # SQLITE_CORRUPT
+    "unable to open database file": 14,  # SQLITE_CANTOPEN
+    "not authorized": 23,  # SQLITE_AUTH (an authorizer's denial)
+    "file is not a database": 26,  # SQLITE_NOTADB
+}
+
+
+def sqlite_code(exc: BaseException) -> int:
+    """SQLite's primary result code for ``exc``, -1 if it has none: its
+    ``sqlite_errorcode`` & 0xFF, or, on Python 3.10 (no such attribute), the
+    code whose message SQLite gave."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF
+    return _CODE_OF_MESSAGE.get(str(exc), -1) if isinstance(exc, sqlite3.Error) else -1
+
 
 class Error(Exception):
     """Base class of every error litegate raises itself.

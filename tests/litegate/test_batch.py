@@ -7,6 +7,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ def test_one_batch_and_every_caller_sees_its_commit(gdb: litegate.Database, db_p
         def go() -> Any:
             r = gdb.execute("INSERT INTO t(v) VALUES (?)", (v,))
             # returned: the COMMIT is done, so a foreign connection sees it
-            with sqlite3.connect(db_path) as other:
+            with closing(sqlite3.connect(db_path)) as other:
                 seen[v] = other.execute("SELECT 1 FROM t WHERE v = ?", (v,)).fetchone() is not None
             return r
 

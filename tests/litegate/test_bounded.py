@@ -25,6 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def _stress(db_path: str, method: str, fair: Any, procs: int, threads: int, n: i
     for p in ps:
         p.join(300)
     assert [p.exitcode for p in ps] == [0] * procs
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT count(*) FROM w").fetchone()[0] == procs * threads * n
 
 

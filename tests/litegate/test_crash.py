@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def test_sigkill_mid_batch_loses_no_acknowledged_write(tmp_path: Path, method: s
         wait_until(enough, timeout=60, what="acknowledged writes")
         os.kill(p.pid, signal.SIGKILL)
         p.join()
-        with sqlite3.connect(db_path) as conn:
+        with closing(sqlite3.connect(db_path)) as conn:
             rows = conn.execute("SELECT k, count(*) FROM pairs GROUP BY k").fetchall()
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         present = dict(rows)

@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def test_execute_returns_after_commit(db: Any, db_path: str) -> None:
     r = db.execute("INSERT INTO t(v) VALUES (?)", ("a",))
     assert r == litegate.WriteResult(rowcount=1, lastrowid=1, rows=[])
     # Visible to a connection that litegate does not manage: it is committed.
-    with sqlite3.connect(db_path) as other:
+    with closing(sqlite3.connect(db_path)) as other:
         assert other.execute("SELECT v FROM t").fetchall() == [("a",)]
 
 

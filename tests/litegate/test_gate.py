@@ -11,7 +11,7 @@ import pytest
 
 import litegate
 from litegate import _gate
-from tests.conftest import wait_until
+from tests.conftest import collect_dropped, wait_until
 
 
 def test_databases_on_one_file_share_one_gate(db_path: str) -> None:
@@ -104,7 +104,7 @@ def test_a_database_collected_without_close_gives_its_gate_use_back(db_path: str
     gc.disable()  # (so the cycle goes only when this test collects it)
     try:
         del dropped
-        gc.collect()
+        collect_dropped()
     finally:
         gc.enable()
     wait_until(lambda: gate._users == 1, what="the dropped Database's use to be given back")
@@ -115,7 +115,7 @@ def test_a_database_collected_without_close_gives_its_gate_use_back(db_path: str
     gc.disable()
     try:
         del kept
-        gc.collect()
+        collect_dropped()
     finally:
         gc.enable()
     wait_until(lambda: path not in _gate._REGISTRY, what="the gate's last use to be given back")
@@ -134,7 +134,7 @@ def test_closing_a_database_gives_its_gate_use_back_once(db_path: str) -> None:
     a.close()
     assert gate._users == 1
     del a
-    gc.collect()
+    collect_dropped()
     assert gate._users == 1  # still b's
     assert _gate._REGISTRY[path] is gate
     b.close()

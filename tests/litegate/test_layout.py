@@ -1,5 +1,6 @@
-"""The package's shape: no two of litegate's modules import each other, and
-no package reaches past another's seams to its private names."""
+"""The packages' shape: no two of litegate's modules (or the lab's) import
+each other, no package of the product reaches past another's seams to its
+private names, and the product never imports the lab (its own distribution)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = {"litegate": ROOT / "src", "litegate_lab": ROOT / "lab" / "src"}
+SRC = SOURCES["litegate"]
 
 
 def _modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for path in (SRC / "litegate").rglob("*.py"):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for package, src in SOURCES.items():
+        out.update(_modules_of(package, src))
+    return out
+
+
+def _modules_of(package: str, src: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in (src / package).rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
         if parts[-1] == "__init__":
             continue  # a package's own face: its submodules may import it
         out[".".join(parts)] = path
@@ -47,7 +57,7 @@ def test_no_two_modules_import_each_other() -> None:
     assert both == [], f"modules that import each other (give each pair one direction): {both}"
     # the two pairs once found importing each other are among those checked
     assert "litegate._maintenance" in modules
-    assert "litegate.lab.queue._pgsides" in modules
+    assert "litegate_lab.queue._pgsides" in modules
 
 
 def _package_of(name: str, path: Path) -> str:
@@ -160,3 +170,13 @@ def test_the_asyncio_face_reaches_the_core_only_through_the_engine() -> None:
     drives queue/_core.py: no private method or attribute of a Database, its
     process state or its engine is touched from the face."""
     assert _foreign_private_attributes(SRC / "litegate" / "aio.py") == []
+
+
+def test_the_product_never_imports_the_lab() -> None:
+    """Not by an import, nor by a name in a string (import_module, -m): the
+    lab's commands reach the product's CLI through entry points only."""
+    product = _modules_of("litegate", SOURCES["litegate"])
+    assert "litegate.__main__" in product
+    naming = sorted(name for name, path in product.items() if "litegate_lab" in path.read_text())
+    assert naming == []
+    assert not (SOURCES["litegate"] / "litegate" / "lab").exists()

@@ -138,7 +138,7 @@ def test_top_with_any_arguments(paths: dict[str, str]) -> None:
 def bench_parse(argv: list[str]) -> Any:
     """What ``litegate bench`` does before it runs anything: its parser,
     then the experiment's own checks (a ValueError is a usage error)."""
-    from litegate.lab import _cli as lab
+    from litegate_lab import _cli as lab
 
     parser = lab.build_parser()
     args = parser.parse_args(argv)
@@ -196,7 +196,7 @@ def parses_or_exits(parse: Any, argv: list[str]) -> Any:
 
 @pytest.mark.slow
 def test_bench_arguments_parse_or_exit_2() -> None:
-    from litegate.lab import _cli as lab
+    from litegate_lab import _cli as lab
 
     options = options_of(lab.build_parser())
     experiments = sorted(options)
@@ -227,7 +227,7 @@ def test_bench_arguments_parse_or_exit_2() -> None:
 
 @pytest.mark.slow
 def test_web_arguments_parse_or_exit_2(paths: dict[str, str]) -> None:
-    web = pytest.importorskip("litegate.lab.web._cli")
+    web = pytest.importorskip("litegate_lab.web._cli")
     options = options_of(web.build_parser())
 
     @examples(80)

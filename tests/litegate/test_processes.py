@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -50,7 +51,7 @@ def test_processes_x_threads_read_then_write(db_path: str, method: str) -> None:
     procs, threads, iters = 4, 4, 40
     codes = run_processes(method, "counter_worker", [(db_path, threads, iters)] * procs)
     assert codes == [0] * procs  # exit code = failed transactions
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT n FROM c").fetchone()[0] == procs * threads * iters
         assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == procs * threads * iters
         assert conn.execute("SELECT count(DISTINCT pid) FROM log").fetchone()[0] == procs
@@ -63,7 +64,7 @@ def test_group_commit_across_processes(db_path: str, method: str) -> None:
     procs, threads, iters = 3, 6, 100
     codes = run_processes(method, "execute_worker", [(db_path, threads, iters)] * procs)
     assert codes == [0] * procs  # no failed write, and batches formed in every process
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == procs * threads * iters
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
@@ -292,7 +293,7 @@ def test_fork_inside_a_write_that_spilled_keeps_the_parents_pages(db_path: str, 
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status)
         assert os.WEXITSTATUS(status) == 0
-        with sqlite3.connect(db_path) as check:
+        with closing(sqlite3.connect(db_path)) as check:
             assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             got = [v for (v,) in check.execute("SELECT v FROM t WHERE v != 'child' ORDER BY id")]
             assert got == [v for (v,) in rows]

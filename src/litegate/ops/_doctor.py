@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._checkpoint import litestream_markers, wal_reset_fixed
-from .._errors import OpenError
+from .._errors import OpenError, sqlite_code
 from .._files import SIDECAR, check_path, openers, orphan_log
 from .._profiles import PROFILES
 from ..queue import _sqlite as queue_sql
@@ -171,7 +171,7 @@ def _read(path: str, check: bool, immutable: bool) -> tuple[dict[str, Any], str]
                 if quick == "ok":
                     pragmas["queue_counts"] = _queue_counts_off(conn)
     except sqlite3.DatabaseError as exc:
-        code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+        code = sqlite_code(exc)
         if code == _SQLITE_NOTADB:
             raise NotADatabase(
                 f"{path} is not a SQLite database (SQLite says: {exc}); pass a SQLite file, "

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
+from litegate_lab.tasks.work import slow  # slow on its first run only
 
 from litegate.django.tasks import TaskBackend
 from litegate.django.tasks._api import TaskResultDoesNotExist, TaskResultStatus
 from litegate.django.tasks._worker import make_worker
-from litegate.lab.tasks.work import slow  # slow on its first run only
 from litegate.queue import Queue
 from tests.conftest import wait_until
 from tests.litegate.django.testapp import tasks

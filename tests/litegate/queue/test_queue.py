@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 import time
+from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -482,8 +483,11 @@ def test_bad_construction(db_path: str, tmp_path: Any) -> None:
         Queue(db_path, name="")
     with pytest.raises(litegate.ConfigError, match="retry_max"):
         Queue(db_path, retry_base=10, retry_max=1)
-    with pytest.raises(litegate.ConfigError, match=r"litegate\.Database"):
-        Queue(sqlite3.connect(":memory:"))  # type: ignore[arg-type]
+    with (
+        closing(sqlite3.connect(":memory:")) as conn,
+        pytest.raises(litegate.ConfigError, match=r"litegate\.Database"),
+    ):
+        Queue(conn)  # type: ignore[arg-type]
     with pytest.raises(litegate.OpenError, match="does not exist"):
         Queue(str(tmp_path / "missing" / "q.db"))
 

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import time
 from collections import Counter, defaultdict
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -180,5 +181,5 @@ def test_random_sigkills_lose_nothing_and_ack_nothing_twice(queue_db: str, tmp_p
     assert total["dead"] == 0
     q.close()
     if not is_url(queue_db):
-        with sqlite3.connect(queue_db) as conn:
+        with closing(sqlite3.connect(queue_db)) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

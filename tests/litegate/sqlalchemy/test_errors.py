@@ -174,7 +174,7 @@ def test_a_read_only_file_is_an_open_error(shared_tmp: Path, kind: str) -> None:
         shared_tmp.chmod(0o777)  # the folder is not the problem here
     said = as_unprivileged(what_opening_says(f"sqlite+litegate:///{path}", kind))
     assert said.startswith(f"OpenError True: {str(path)!r} is read-only for this process"), said
-    with sqlite3.connect(path) as check:
+    with closing(sqlite3.connect(path)) as check:
         assert check.execute("SELECT a FROM t").fetchall() == [("kept",)]
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 import litegate
 from litegate._gate import _REGISTRY, FileGate
 from litegate.sqlalchemy import GateTimeout
-from tests.conftest import wait_until
+from tests.conftest import collect_dropped, wait_until
 from tests.litegate.sqlalchemy.models import Counter, Entry
 
 
@@ -151,7 +151,7 @@ def test_every_path_gives_the_gate_back(engine: Engine) -> None:
         assert held(engine)
 
     drop()
-    gc.collect()
+    collect_dropped()
     assert not held(engine)
     assert whos(engine) == []
     with engine.begin() as conn:
@@ -176,12 +176,12 @@ def test_a_connection_collected_without_close_gives_its_gate_use_back(url: str) 
     gc.disable()  # (so the cycles go only when this test collects them)
     try:
         eng.dispose()
-        gc.collect()  # the dropped connection comes back, idle in the old pool
+        collect_dropped()  # the dropped connection comes back, idle in the old pool
         assert gate._users == 2
         kept.close()  # idle in the old pool too
         assert gate._users == 2
         del kept
-        gc.collect()  # the old pool, and both connections in it
+        collect_dropped()  # the old pool, and both connections in it
     finally:
         gc.enable()
     wait_until(lambda: path not in _REGISTRY, what="the gate's last use to be given back")
