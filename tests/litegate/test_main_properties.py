@@ -266,7 +266,7 @@ def test_worker_arguments_run_or_exit_2(paths: dict[str, str]) -> None:
 
     skip = {"--processes", "--django", "--settings", "--backend", "--db", "--help", "--burst"}
     options = [o for o in options_of_parser(worker_cli.build_parser()) if o not in skip]
-    lease_values = ["1e9", "1e10", "3e10", "1e12", "1e300", "31622400", "31622401"]
+    lease_values = ["1e9", "1e10", "3e10", "1e12", "1e300", "31622400", "31622401", "99999999"]
 
     @examples(40)
     @given(

@@ -64,6 +64,11 @@ _TICK = 0.05
 # The most jobs acked in one transaction.
 # last_error keeps at most this many characters of the traceback.
 _MAX_ERROR = 8000
+# A worker's threads and the jobs it claims ahead are bounded: the executor
+# threads are made up front, so a mistyped 99999999 would allocate gigabytes
+# before the first job (more work wants more processes, not more threads).
+MAX_CONCURRENCY = 4096
+MAX_PREFETCH = 100_000
 
 # What the worker is doing with a job it holds.
 _PENDING = "pending"  # claimed, waiting for an executor
@@ -310,7 +315,17 @@ class Worker:
             getattr(handler, "pass_job", False) is True if pass_job is None else bool(pass_job)
         )
         self._concurrency = _whole("concurrency", concurrency, minimum=1)
+        if self._concurrency > MAX_CONCURRENCY:
+            raise ConfigError(
+                f"concurrency must be at most {MAX_CONCURRENCY} threads, got {concurrency!r}; "
+                "for more jobs at once, run more worker processes (--processes)"
+            )
         self._prefetch = _whole("prefetch", prefetch, minimum=0)
+        if self._prefetch > MAX_PREFETCH:
+            raise ConfigError(
+                f"prefetch must be at most {MAX_PREFETCH} jobs, got {prefetch!r}; a worker "
+                "claims that many ahead of its threads, which only takes them from other workers"
+            )
         self._lease = _lease(lease)
         self._heartbeat = (
             self._lease / 3

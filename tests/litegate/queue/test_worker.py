@@ -678,6 +678,11 @@ def test_bad_worker_arguments(db_path: str) -> None:
             Worker(q, print, lease=1, heartbeat=1)
         with pytest.raises(litegate.ConfigError, match="concurrency must be at least 1"):
             Worker(q, print, concurrency=0)
+        # made up front, so a mistyped count once took the machine's memory
+        with pytest.raises(litegate.ConfigError, match="concurrency must be at most 4096"):
+            Worker(q, print, concurrency=99_999_999)
+        with pytest.raises(litegate.ConfigError, match="prefetch must be at most 100000"):
+            Worker(q, print, prefetch=100_001)
         for lease in (3e10, 1e12):  # its heartbeat thread once died of OverflowError
             with pytest.raises(litegate.ConfigError, match="lease must be at most"):
                 Worker(q, print, lease=lease)
