@@ -180,3 +180,57 @@ def test_the_product_never_imports_the_lab() -> None:
     naming = sorted(name for name, path in product.items() if "litegate_lab" in path.read_text())
     assert naming == []
     assert not (SOURCES["litegate"] / "litegate" / "lab").exists()
+
+
+def _private_litegate_imports(src: Path, package: str) -> list[str]:
+    """Every import, in ``package`` under ``src``, of a private litegate
+    module (a ``_name`` anywhere in its dotted path) or of a private name
+    from a public one: what a distribution of its own may not rely on."""
+    found: list[str] = []
+    for path in sorted((src / package).rglob("*.py")):
+        where = path.relative_to(src).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "litegate" and any(
+                    p.startswith("_") and not p.startswith("__") for p in parts
+                ):
+                    found.append(f"{where}:{node.lineno}: {name}")
+    return found
+
+
+def test_the_lab_uses_only_the_products_public_names() -> None:
+    """The lab is a distribution of its own: it measures litegate through
+    public modules (``litegate.diagnostics`` for the grant log and the lock
+    file's counters, ``litegate.ops.read_here``, the tasks backend's
+    ``counts()``, the cache's ``shutdown()``), so a change inside the core
+    that keeps those names cannot break it. (``litegate.__main__`` is the
+    CLI the lab's commands plug into.)"""
+    found = [
+        f
+        for f in _private_litegate_imports(SOURCES["litegate_lab"], "litegate_lab")
+        if not f.endswith((": litegate.__main__", ": litegate.__main__.main"))
+    ]
+    assert found == []
+
+
+def test_the_lab_check_sees_a_private_import(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(
+        "import litegate\nfrom litegate import _grantlog, connect\n"
+        "from litegate.queue._sqlite import JOBS\nimport litegate._busy\n"
+        "from litegate.diagnostics import Grant\n"
+    )
+    assert _private_litegate_imports(tmp_path, "pkg") == [
+        "pkg/m.py:2: litegate._grantlog",
+        "pkg/m.py:3: litegate.queue._sqlite",
+        "pkg/m.py:3: litegate.queue._sqlite.JOBS",
+        "pkg/m.py:4: litegate._busy",
+    ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import litegate
-from litegate._grantlog import Grant
+from litegate.diagnostics import Grant
 
 from ._stats import percentiles
 
@@ -77,7 +77,7 @@ def fmt_pct(fraction: float | None) -> str:
 
 
 def combine_grant_logs(checks: Sequence[Mapping[str, int]]) -> dict[str, int]:
-    """One cell's grant-log checks (``_grantlog.check``) over its runs: the
+    """One cell's grant-log checks (``litegate.diagnostics.check_grants``) over its runs: the
     counts add up, the worst figures (and the bound of the worst overtaken
     head) are the worst of any run."""
     return {

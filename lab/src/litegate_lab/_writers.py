@@ -178,12 +178,12 @@ def run_side(
 ) -> dict[str, Any]:
     """One side, P processes, ``seconds`` of writes on a fresh database.
     ``grant_log``: a litegate side logs every grant, and the result gets the
-    bounds checked on that log (``_grantlog.check``) under ``"grant_log"``;
+    bounds checked on that log (``litegate.diagnostics.check_grants``) under ``"grant_log"``;
     logging slows the gate, so its writes/s are not comparable with a run
     without it."""
     import tempfile
 
-    from litegate import _grantlog
+    from litegate import diagnostics
 
     logged = grant_log and _is_litegate(side)
 
@@ -201,7 +201,7 @@ def run_side(
         ]
         folder = os.path.join(d, "grants")
         # (the children inherit the log through the environment)
-        with _grantlog.logging_to(folder) if logged else nullcontext():
+        with diagnostics.grant_log(folder) if logged else nullcontext():
             for p in ps:
                 p.start()
         got = [out.get(timeout=seconds + 120) for _ in ps]
@@ -209,7 +209,7 @@ def run_side(
         with closing(sqlite3.connect(path)) as conn:
             committed = int(conn.execute("SELECT count(*) FROM w").fetchone()[0])
         counters = gate_counters(path) if _is_litegate(side) else None
-        checked = _grantlog.check(_grantlog.read(folder)) if logged else None
+        checked = diagnostics.check_grants(diagnostics.read_grants(folder)) if logged else None
     counts = [n for _pid, n, _lat in got]
     lat = [float(x) for _pid, _n, lats in got for x in lats]
     figures = describe(lat) if lat else {"p50": 0.0, "p99": 0.0, "max": 0.0}
@@ -243,12 +243,12 @@ def run_side(
 
 def gate_counters(path: str) -> dict[str, int] | None:
     """The write gate's shared counters of the database at ``path``
-    (``_filelock.read_counters``: grants across processes, forced hand-offs,
+    (``litegate.diagnostics.lock_counters``: grants across processes, forced hand-offs,
     barges); None without its sidecar."""
-    from litegate._filelock import read_counters
+    from litegate.diagnostics import lock_counters
 
     try:
-        got = read_counters(path + "-litegate")
+        got = lock_counters(path + "-litegate")
     except OSError:  # no sidecar: no litegate process opened the file
         return None
     return None if got is None else {k: int(got[k]) for k in ("grants", "handoffs", "barges")}

@@ -12,7 +12,7 @@ Modes (how the children wait):
   own busy handler (sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms).
 - ``constant``, ``backoff``, ``jitter``, ``ceiling``, ``reversed``: plain
   ``sqlite3`` with ``busy_timeout = 0``; ``BEGIN IMMEDIATE`` retried with
-  litegate's strategy functions through ``litegate._busy.retry_busy``.
+  litegate's strategy functions through ``litegate.diagnostics.retry_busy``.
 - ``litegate``: ``litegate.connect()`` in every child (one ``Database`` per
   process, shared by its threads), each thread calls ``db.execute()``.
 - ``litegate-strict``: the same with ``fair="strict"`` (a direct hand-off
@@ -125,7 +125,8 @@ from pathlib import Path
 from typing import Any
 
 import litegate
-from litegate._busy import STRATEGIES, retry_busy
+from litegate import BUSY_STRATEGIES as STRATEGIES
+from litegate.diagnostics import retry_busy
 
 from . import _stats
 from ._args import csv as _csv

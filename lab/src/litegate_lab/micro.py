@@ -65,7 +65,7 @@ unfair side by side: writes per second, Jain's index over the processes,
 p50/p99/max per write, and the gate's share of forced hand-offs (see
 ``_writers.py``). ``--procs 1`` runs each side alone, the ceiling that
 taking turns is measured against. ``--grant-log`` logs every grant of the
-litegate sides and checks the fairness bounds on the log (``_grantlog.check``).
+litegate sides and checks the fairness bounds on the log (``litegate.diagnostics.check_grants``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Operating a litegate database: ``litegate doctor`` (a read-only report
 with recommendations) and ``litegate top`` (a live view across processes).
-Both read shared state only; neither takes the gate."""
+Both read shared state only; neither takes the gate. :func:`read_here`
+reads a file of a database this process may have open without dropping
+SQLite's locks on it (which closing any descriptor of the file would)."""
 
 from ._doctor import Finding, NotADatabase, Report, diagnose
-from ._inspect import GateSnapshot, SqliteLocks, gate_snapshot, sqlite_locks
+from ._inspect import GateSnapshot, SqliteLocks, gate_snapshot, read_here, sqlite_locks
 
 __all__ = [
     "Finding",
@@ -13,5 +15,6 @@ __all__ = [
     "SqliteLocks",
     "diagnose",
     "gate_snapshot",
+    "read_here",
     "sqlite_locks",
 ]

@@ -705,8 +705,17 @@ class Core:
             )
         return int(revived)
 
-    def purge(self, done_before: object, dead_before: object) -> Step[int]:
-        """Delete finished jobs, in chunks of PURGE_CHUNK per transaction."""
+    def purge(self, done_before: object, dead_before: object, limit: object = None) -> Step[int]:
+        """Delete finished jobs, in chunks of PURGE_CHUNK per transaction,
+        at most ``limit`` of them (None: all)."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ConfigError(
+                f"purge's limit is how many jobs to delete at most, a whole number >= 1 "
+                f"(or None for all), got {limit!r}"
+            )
+        left = math.inf if limit is None else limit
         targets = []
         if done_before is not None:
             targets.append((sql.DONE, _timestamp("done_before", done_before)))
@@ -720,18 +729,19 @@ class Core:
         total = 0
         for state, before in targets:
             after: int | None = 0  # where the store goes on from (None: done)
-            while after is not None:
+            while after is not None and left > 0:
                 n, after = yield Tx(
                     partial(
                         self.store.purge,
                         queue=self.name,
                         state=state,
                         before=before,
-                        limit=PURGE_CHUNK,
+                        limit=int(min(PURGE_CHUNK, left)),
                         after=after,
                     )
                 )
                 total += n
+                left -= n
         return total
 
 

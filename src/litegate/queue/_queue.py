@@ -415,12 +415,24 @@ class Queue(QueueFace):
         self._made_ready(None, n)
         return n
 
-    def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
+    def purge(
+        self, done_before: Any = None, *, dead_before: Any = None, limit: int | None = None
+    ) -> int:
         """Delete done jobs that finished before ``done_before`` (and dead
         ones before ``dead_before``): aware datetimes or epoch seconds.
-        Returns how many were deleted."""
-        n: int = self._run(self._core.purge(done_before, dead_before))
+        Returns how many were deleted. It deletes in transactions of a few
+        thousand jobs, so writers go on between them; ``limit``: delete at
+        most that many, to spread a large purge out over time."""
+        n: int = self._run(self._core.purge(done_before, dead_before, limit))
         return n
+
+    def next_due(self) -> float | None:
+        """When this queue's next job can be claimed (epoch seconds; in the
+        past if one can be now), None if no job is waiting or leased. A
+        read, through the reader pool: what a waiting worker asks before it
+        takes the write gate."""
+        due: float | None = self._run(self._core.next_due())
+        return due
 
     def stats(self) -> dict[str, Any]:
         """This object's counters, the queue's counts and the database's stats."""

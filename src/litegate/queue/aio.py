@@ -296,9 +296,15 @@ class Queue(QueueFace):
         self._made_ready(None, n)
         return n
 
-    async def purge(self, done_before: Any = None, *, dead_before: Any = None) -> int:
-        n: int = await self._run(self._core.purge(done_before, dead_before))
+    async def purge(
+        self, done_before: Any = None, *, dead_before: Any = None, limit: int | None = None
+    ) -> int:
+        n: int = await self._run(self._core.purge(done_before, dead_before, limit))
         return n
+
+    async def next_due(self) -> float | None:
+        due: float | None = await self._run(self._core.next_due())
+        return due
 
     async def stats(self) -> dict[str, Any]:
         return self._stats(await self.counts(), self.db.stats())

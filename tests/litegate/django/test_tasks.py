@@ -173,6 +173,29 @@ def test_a_task_released_unstarted_records_no_worker_lost(tmp_path: Path) -> Non
     assert (held.status, held.errors) == (TaskResultStatus.SUCCESSFUL, [])
 
 
+def test_counts_tell_each_status_as_get_result_does() -> None:
+    backend = tasks.add.get_backend()
+    assert isinstance(backend, TaskBackend)
+    assert backend.counts() == {}  # nothing ever enqueued: no tables yet
+    done = [tasks.add.enqueue(1, 2) for _ in range(3)]
+    failed = tasks.boom.enqueue()
+    run_burst()
+    ready = [tasks.add.enqueue(2, 2), tasks.add.using(queue_name="emails").enqueue(3, 3)]
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(4, 4)
+    running = tasks.add.enqueue(5, 5)
+    with Queue(db_path(), "default") as q:
+        assert len(q.claim()) == 1  # as a worker does, not finished yet
+    with Queue(db_path(), "elsewhere") as q:
+        q.put("not this backend's queue")
+    expected = {"SUCCESSFUL": 3, "FAILED": 1, "READY": 3, "RUNNING": 1}
+    assert backend.counts() == expected
+    told: dict[str, int] = {}
+    for r in [*done, failed, *ready, later, running]:
+        status = str(tasks.add.get_backend().get_result(r.id).status)
+        told[status] = told.get(status, 0) + 1
+    assert told == expected
+
+
 def test_enqueue_inside_atomic_commits_or_rolls_back_with_it() -> None:
     with transaction.atomic():
         Entry.objects.create(who="order")

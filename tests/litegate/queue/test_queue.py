@@ -342,6 +342,41 @@ def test_purge_done_and_dead(make_queue: MakeQueue, monkeypatch: pytest.MonkeyPa
         q.purge(done_before=datetime.now())
 
 
+def test_purge_with_a_limit_deletes_at_most_that_many(
+    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_core, "PURGE_CHUNK", 4)  # a limit across several transactions
+    q = make_queue()
+    q.put_many(range(11))
+    q.ack_many(q.claim(n=11))
+    q.put("newest")  # (the table's newest row is never purged)
+    later = time.time() + 1
+    assert q.purge(done_before=later, limit=6) == 6
+    assert q.counts()["done"] == 5
+    assert q.purge(done_before=later, limit=1) == 1
+    assert q.purge(done_before=later, limit=100) == 4
+    assert q.counts()["done"] == 0
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(litegate.ConfigError, match="limit"):
+            q.purge(done_before=later, limit=bad)
+
+
+def test_next_due_says_when_the_next_job_can_be_claimed(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    assert q.next_due() is None  # nothing waiting
+    q.put("later", delay=120)
+    due = q.next_due()
+    assert due is not None
+    assert time.time() + 110 < due < time.time() + 130
+    q.put("now")
+    now_due = q.next_due()
+    assert now_due is not None
+    assert now_due <= time.time()
+    q.claim()
+    q.claim(n=5)  # (the delayed one is not due: claims nothing)
+    assert q.next_due() is not None  # the leased job's lease and the delayed job remain
+
+
 def test_retry_dead_unknown_ids_change_nothing(make_queue: MakeQueue) -> None:
     q = make_queue()
     jid = q.put("x", max_attempts=1)

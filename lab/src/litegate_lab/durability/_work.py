@@ -450,9 +450,7 @@ def setup_cache(db: str, pragmas: dict[str, Any]) -> None:
     cache = _configure_cache(db, pragmas)
     cache.set("setup", 1)
     cache.delete("setup")
-    from litegate.django.cache._store import forget_store
-
-    forget_store(cache_path(db))
+    cache.shutdown()  # closed, so the table is on disk before the first cut
 
 
 def look_cache(path: str, r: int) -> dict[str, Any]:

@@ -54,7 +54,7 @@ accounted for: processed exactly once, or still in the queue. The cells of
 both litegate sides also get its write gate's figures, from the sidecar's
 counters: grants across processes and the share of them forced by a
 hand-off to the head of the line; ``--grant-log`` logs every grant of them
-and checks the fairness bounds on the log (``litegate._grantlog``).
+and checks the fairness bounds on the log (``litegate.diagnostics``).
 
 ``--backend postgres`` runs the same scenarios and end-to-end rows on a
 PostgreSQL server (a throwaway one started for the run, fsync on, or

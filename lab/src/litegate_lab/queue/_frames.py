@@ -13,7 +13,7 @@ the header in the process that writes::
 
 exact for an operation of one write transaction (SQLite restarts the log
 only as a transaction writes its first frame). Read with
-``litegate.ops._inspect.read_here``: through a descriptor the process already
+``litegate.ops.read_here``: through a descriptor the process already
 has on the ``-shm`` file, so reading never drops SQLite's POSIX locks on it.
 
 This module is imported by spawned children: standard library and litegate
@@ -45,7 +45,7 @@ def read_header(path: str, tries: int = 100) -> WalHeader | None:
     is none (not in WAL mode, not opened yet). As SQLite's readers do, the
     two copies of the header must agree: a writer between them means read
     again."""
-    from litegate.ops._inspect import read_here
+    from litegate.ops import read_here
 
     for _ in range(tries):
         head = read_here(path + "-shm", 2 * HEADER)

@@ -22,7 +22,7 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 from urllib.parse import urlsplit
 
-from litegate import _grantlog
+from litegate import diagnostics
 
 from .. import _stats
 from .._procs import reap
@@ -294,7 +294,7 @@ def run_cell(
             for role in cell.roles
         ]
         # (the children inherit the log through the environment)
-        with _grantlog.logging_to(folder) if logged else contextlib.nullcontext():
+        with diagnostics.grant_log(folder) if logged else contextlib.nullcontext():
             for p in procs:
                 p.start()
         sampler: Sampler = (
@@ -335,7 +335,7 @@ def run_cell(
         if gate:  # (before counting what is left, which opens the queue again)
             counted = gate_shares(before, gate_counters(path))
         if logged:
-            checked = _grantlog.check(_grantlog.read(folder))
+            checked = diagnostics.check_grants(diagnostics.read_grants(folder))
         try:
             left = remaining(cell.side, path, cell.profile, backend=cfg.backend)
         except Exception as exc:

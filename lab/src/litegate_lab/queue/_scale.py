@@ -13,7 +13,7 @@ each size, on the same queue, one client measures:
   and the same two reads as schema version 1 ran them (a count over every
   waiting job; the earliest run_at through the ready index), on the same
   data: the cost the counts table and the due index took away;
-- ``purge``: the queue's purge transaction (the PURGE_CHUNK oldest done jobs
+- ``purge``: the queue's purge transaction (``q.purge(limit=PURGE_SLICE)``: that many done jobs
   per transaction), jobs deleted/s; the jobs purged are then made again so
   the mix stays;
 - bytes on disk per job (SQLite: database and WAL files; PostgreSQL: the
@@ -46,6 +46,8 @@ from .._progress import Progress
 
 MIX = {"ready": 0.6, "scheduled": 0.2, "done": 0.2}
 GROW_BATCH = 10_000
+# jobs per timed purge: the queue's own chunk (one transaction of its purge)
+PURGE_SLICE = 5_000
 DAY = 86_400.0
 
 TARGETS = {
@@ -374,8 +376,6 @@ class _Backlog:
 
 
 def _measure(cfg: ScaleConfig, store: _Store, b: _Backlog, wal: _WalPeak) -> dict[str, Any]:
-    from litegate.queue import _core
-
     q = b.q
     out: dict[str, Any] = {"size": b.size}
 
@@ -405,7 +405,7 @@ def _measure(cfg: ScaleConfig, store: _Store, b: _Backlog, wal: _WalPeak) -> dic
     if got[-1] != b.expected:
         raise RuntimeError(f"counts() says {got[-1]}, the bench made {b.expected}")
     out["counts_ms"] = _ms(lat)
-    lat, _, _ = _timed(lambda: q._run(q._core.next_due()), cfg.reads)
+    lat, _, _ = _timed(q.next_due, cfg.reads)
     out["next_due_ms"] = _ms(lat)
     for name in ("counts", "next_due"):
         sql = store.v1(name)
@@ -413,17 +413,13 @@ def _measure(cfg: ScaleConfig, store: _Store, b: _Backlog, wal: _WalPeak) -> dic
         lat, _, _ = _timed(read, cfg.v1_reads)
         out[f"{name}_v1_ms"] = _ms(lat)
 
-    # The queue's purge transaction, a few times over; then as many jobs done again.
-    purge = partial(
-        q._core.store.purge,
-        queue=q.name,
-        state=2,
-        before=time.time() + 1,
-        limit=_core.PURGE_CHUNK,
-        after=0,
+    # A slice of the queue's purge (one of its transactions), a few times
+    # over; then as many jobs done again.
+    before = time.time() + 1
+    _, total, deleted = _timed(
+        lambda: q.purge(done_before=before, limit=PURGE_SLICE), cfg.purge_chunks
     )
-    _, total, deleted = _timed(lambda: q.db.transact(purge), cfg.purge_chunks)
-    gone = sum(n for n, _next in deleted)
+    gone = sum(deleted)
     out["purge_per_s"] = gone / total if total > 0 else 0.0
     b.expected["done"] -= gone
     b.put_ready(gone)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from litegate._profiles import PROFILES
+from litegate import PROFILES
 
 BACKENDS = ("sqlite", "postgres")
 

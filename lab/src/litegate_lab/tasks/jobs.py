@@ -12,8 +12,6 @@ import time
 from contextlib import closing
 from typing import Any
 
-from litegate.queue._sqlite import JOB_STATE, JOBS
-
 SETTINGS = "litegate_lab.tasks.settings"
 
 
@@ -109,16 +107,11 @@ def statuses(side: str, db: str, ids: list[str] | None) -> dict[str, int] | list
     if ids is not None:
         backend = tasks()[0].get_backend()
         return [str(backend.get_result(i).status) for i in ids]
+    if not side.startswith("django-tasks-db"):
+        counts: dict[str, int] = tasks()[0].get_backend().counts()
+        return counts
     with connection.cursor() as cur:
-        if side.startswith("django-tasks-db"):
-            cur.execute(
-                "SELECT status, count(*) FROM django_tasks_database_dbtaskresult GROUP BY status"
-            )
-        else:
-            cur.execute(
-                f"SELECT CASE {JOB_STATE} WHEN 0 THEN 'READY' WHEN 1 THEN 'RUNNING' WHEN 3 THEN "
-                "'FAILED' ELSE coalesce(r.status, 'FAILED') END AS s, count(*) "
-                f"FROM {JOBS} j LEFT JOIN litegate_task_results r ON r.job_id = j.id "
-                "GROUP BY s"
-            )
+        cur.execute(
+            "SELECT status, count(*) FROM django_tasks_database_dbtaskresult GROUP BY status"
+        )
         return {str(s): int(n) for s, n in cur.fetchall()}

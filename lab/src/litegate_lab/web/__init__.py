@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from litegate import _grantlog
+from litegate import diagnostics
 
 from .._args import positive_float, positive_int
 from .._progress import Progress
@@ -340,7 +340,7 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
         grants = Path(side.tmp) / f"{side.label}-grants"
         shutil.rmtree(grants, ignore_errors=True)
         grants.mkdir()
-    env = {_grantlog.ENV: str(grants)} if grants else None
+    env = {diagnostics.GRANT_LOG_ENV: str(grants)} if grants else None
     with Server(side.db, side.engine, log, acks=side.acks, framework=side.framework,
                 workers=cfg.workers, threads=threads, env=env) as srv:  # fmt: skip
         threads0, machine0 = srv.thread_sample(), cpu_times()
@@ -374,8 +374,8 @@ def _cell(cfg: Config, side: _Side, mix: str, n: int) -> dict[str, Any]:
 
 def _gate_figures(folder: str) -> dict[str, Any]:
     """A cell's grant log: the bounds checked on it, and where its time went."""
-    logged = _grantlog.read(folder)
-    return {"grant_log": _grantlog.check(logged), "gate_timing": gate_timing(logged)}
+    logged = diagnostics.read_grants(folder)
+    return {"grant_log": diagnostics.check_grants(logged), "gate_timing": gate_timing(logged)}
 
 
 def run(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 import litegate
 from litegate.aio import AsyncDatabase
 
-from ._store import READERS, ROW_OVERHEAD, Store, Table, open_store
+from ._store import READERS, ROW_OVERHEAD, Store, Table, forget_store, open_store
 
 T = TypeVar("T")
 
@@ -156,6 +156,26 @@ class LitegateCache(BaseCache):
         self._tbl: Table | None = None
 
     # -- opening ----------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Close the cache's file in this process now: its connections and
+        its sweeper, as the process's exit would, so that the file is whole
+        on disk (its WAL checkpointed) before it is copied, cut or removed.
+        Any cache of this process on that file opens it again on its next
+        use. (Django calls :meth:`close` after every request, which keeps
+        the file open; this is for tests, tools and shutdown hooks.)"""
+        t = self._tbl
+        self._tbl = None
+        if t is not None:
+            forget_store(t.store.path)
+        else:
+            forget_store(self._database_file(self._alias) if self._alias else self._path)
+
+    def _table(self) -> Table:
+        t = self._tbl
+        if t is None or t.store.closed:  # (closed: shutdown() on this file, here or by another)
+            t = self._open()
+        return t
+
     def _open(self) -> Table:
         path = self._path
         if self._alias is not None:
@@ -272,7 +292,7 @@ class LitegateCache(BaseCache):
     # -- the API ------------------------------------------------------------------
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or self._open()
+        t = self._table()
         rows = self._rows(t, t.get, (key,))
         if not rows:
             return default
@@ -288,7 +308,7 @@ class LitegateCache(BaseCache):
         key = self.make_and_validate_key(key, version=version)
         stored = encode(value)  # (an unpicklable value fails here, before any write)
         size = _size(key, stored)
-        t = self._tbl or self._open()
+        t = self._table()
         params = (key, self.get_backend_timeout(timeout), size, stored)
         if self._django_cull:
             self._transact(t, self._set_rows(t, [params], t.set))
@@ -302,7 +322,7 @@ class LitegateCache(BaseCache):
         key = self.make_and_validate_key(key, version=version)
         stored = encode(value)
         size = _size(key, stored)
-        t = self._tbl or self._open()
+        t = self._table()
         params = (key, self.get_backend_timeout(timeout), size, stored, time.time())
         if self._django_cull:
             added = bool(self._transact(t, self._set_rows(t, [params], t.add))[0])
@@ -314,13 +334,13 @@ class LitegateCache(BaseCache):
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or self._open()
+        t = self._table()
         params = (self.get_backend_timeout(timeout), key, time.time())
         return self._write(t, t.touch, params)[0] > 0
 
     def delete(self, key: Any, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or self._open()
+        t = self._table()
         rows = self._write(t, t.delete, (key,))[1]
         return bool(rows) and (rows[0][0] is None or rows[0][0] > time.time())
 
@@ -328,7 +348,7 @@ class LitegateCache(BaseCache):
         key_map = {self.make_and_validate_key(k, version=version): k for k in keys}
         if not key_map:
             return {}
-        t = self._tbl or self._open()
+        t = self._table()
         made = list(key_map)
         found: dict[Any, Any] = {}
         expired = []
@@ -347,12 +367,12 @@ class LitegateCache(BaseCache):
 
     def has_key(self, key: Any, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or self._open()
+        t = self._table()
         return bool(self._rows(t, t.has, (key, time.time())))
 
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
-        t = self._tbl or self._open()
+        t = self._table()
         if type(delta) is int and _INT_MIN <= delta <= _INT_MAX:
             rows = self._write(t, t.incr, (made, delta, time.time()))[1]
             if rows:
@@ -366,13 +386,8 @@ class LitegateCache(BaseCache):
     ) -> list[Any]:
         if not data:
             return []
-        expires = self.get_backend_timeout(timeout)
-        rows = []
-        for k, v in data.items():
-            made = self.make_and_validate_key(k, version=version)
-            stored = encode(v)
-            rows.append((made, expires, _size(made, stored), stored))
-        t = self._tbl or self._open()
+        rows = self._set_many_rows(data, timeout, version)
+        t = self._table()
         if self._django_cull:
             self._transact(t, self._set_rows(t, rows, t.set))
         else:
@@ -380,15 +395,27 @@ class LitegateCache(BaseCache):
         t.wrote(sum(r[2] for r in rows), len(rows))
         return []
 
+    def _set_many_rows(
+        self, data: Mapping[Any, Any], timeout: Any, version: int | None
+    ) -> list[tuple[str, float | None, int, int | bytes]]:
+        """set_many's rows (key, expiry, size, stored value), both faces'."""
+        expires = self.get_backend_timeout(timeout)
+        rows = []
+        for k, v in data.items():
+            made = self.make_and_validate_key(k, version=version)
+            stored = encode(v)
+            rows.append((made, expires, _size(made, stored), stored))
+        return rows
+
     def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
         made = [(self.make_and_validate_key(k, version=version),) for k in keys]
         if not made:
             return
-        t = self._tbl or self._open()
+        t = self._table()
         self._write_many(t, t.delete_key, made)
 
     def clear(self) -> None:
-        t = self._tbl or self._open()
+        t = self._table()
         self._transact(t, lambda conn: _clear_in(t, conn))
 
     def close(self, **kwargs: Any) -> None:
@@ -399,13 +426,13 @@ class LitegateCache(BaseCache):
     def sweep(self) -> dict[str, int]:
         """Expire and evict now, as the background sweeper does about once a
         second: ``{"expired": n, "evicted": n}``, rows deleted."""
-        t = self._tbl or self._open()
+        t = self._table()
         return t.store.sweep(t)
 
     def stats(self) -> dict[str, Any]:
         """Entries and bytes (keys, values and ROW_OVERHEAD each) now, the
         bounds, and the file's size on disk (with its WAL)."""
-        t = self._tbl or self._open()
+        t = self._table()
         entries, size = t.store.db.query(t.stats)[0]
         path = t.store.path
         on_disk = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
@@ -420,9 +447,9 @@ class LitegateCache(BaseCache):
         }
 
     # -- asyncio: on litegate.aio (no thread per call) ---------------------------
-    async def _aopen(self) -> Table:
+    async def _atable(self) -> Table:
         t = self._tbl
-        if t is None:
+        if t is None or t.store.closed:  # (opening may wait for a file lock: off the loop)
             t = await asyncio.to_thread(self._open)
         return t
 
@@ -432,7 +459,7 @@ class LitegateCache(BaseCache):
 
     async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         rows = await self._adb(t).query(t.get, (key,))
         if not rows:
             return default
@@ -448,7 +475,7 @@ class LitegateCache(BaseCache):
         key = self.make_and_validate_key(key, version=version)
         stored = encode(value)
         size = _size(key, stored)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         params = (key, self.get_backend_timeout(timeout), size, stored)
         if self._django_cull:
             await self._adb(t).transact(self._set_rows(t, [params], t.set))
@@ -462,7 +489,7 @@ class LitegateCache(BaseCache):
         key = self.make_and_validate_key(key, version=version)
         stored = encode(value)
         size = _size(key, stored)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         params = (key, self.get_backend_timeout(timeout), size, stored, time.time())
         if self._django_cull:
             added = bool((await self._adb(t).transact(self._set_rows(t, [params], t.add)))[0])
@@ -476,13 +503,13 @@ class LitegateCache(BaseCache):
         self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         params = (self.get_backend_timeout(timeout), key, time.time())
         return (await self._adb(t).execute(t.touch, params)).rowcount > 0
 
     async def adelete(self, key: Any, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         rows = (await self._adb(t).execute(t.delete, (key,))).rows
         return bool(rows) and (rows[0][0] is None or rows[0][0] > time.time())
 
@@ -490,7 +517,7 @@ class LitegateCache(BaseCache):
         key_map = {self.make_and_validate_key(k, version=version): k for k in keys}
         if not key_map:
             return {}
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         made = list(key_map)
         found: dict[Any, Any] = {}
         expired = []
@@ -509,12 +536,12 @@ class LitegateCache(BaseCache):
 
     async def ahas_key(self, key: Any, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         return bool(await self._adb(t).query(t.has, (key, time.time())))
 
     async def aincr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         adb = self._adb(t)
         if type(delta) is int and _INT_MIN <= delta <= _INT_MAX:
             rows = (await adb.execute(t.incr, (made, delta, time.time()))).rows
@@ -527,13 +554,8 @@ class LitegateCache(BaseCache):
     ) -> list[Any]:
         if not data:
             return []
-        expires = self.get_backend_timeout(timeout)
-        rows = []
-        for k, v in data.items():
-            made = self.make_and_validate_key(k, version=version)
-            stored = encode(v)
-            rows.append((made, expires, _size(made, stored), stored))
-        t = self._tbl or await self._aopen()
+        rows = self._set_many_rows(data, timeout, version)
+        t = await self._atable()
         if self._django_cull:
             await self._adb(t).transact(self._set_rows(t, rows, t.set))
         else:
@@ -545,11 +567,11 @@ class LitegateCache(BaseCache):
         made = [(self.make_and_validate_key(k, version=version),) for k in keys]
         if not made:
             return
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         await self._adb(t).executemany(t.delete_key, made)
 
     async def aclear(self) -> None:
-        t = self._tbl or await self._aopen()
+        t = await self._atable()
         await self._adb(t).transact(lambda conn: _clear_in(t, conn))
 
     async def aclose(self, **kwargs: Any) -> None:

@@ -350,6 +350,10 @@ class Store:
             t.expired = set()
             t.written = t.rows_written = 0
 
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
     def close(self) -> None:
         self._stop.set()
         self._wake.set()

@@ -66,6 +66,18 @@ SELECT {JOB_STATE}, j.payload, j.created_at, j.last_error, j.queue,
  WHERE j.id = ?
 """
 
+# How many jobs of some queues (a JSON array) are in each status, the way
+# get_result() tells a job's status from its state and its result row.
+# (GROUP BY 1: a name there would be r.status, the column, not the alias.)
+COUNTS = f"""
+SELECT CASE {JOB_STATE} WHEN 0 THEN 'READY' WHEN 1 THEN 'RUNNING'
+                        WHEN 2 THEN coalesce(r.status, 'FAILED') ELSE 'FAILED' END,
+       count(*)
+  FROM {JOBS} AS j LEFT JOIN {TABLE} AS r ON r.job_id = j.id
+ WHERE j.queue IN (SELECT value FROM json_each(?))
+ GROUP BY 1
+"""
+
 
 def create(conn: sqlite3.Connection) -> None:
     conn.execute(SCHEMA)

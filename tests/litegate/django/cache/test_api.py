@@ -4,10 +4,12 @@ too: tests/django_suite/cache_run.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import sqlite3
 import time
 import warnings
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -227,3 +229,28 @@ def test_async_writes_share_group_commits(cache: LitegateCache) -> None:
     assert cache.get_many([f"k{i}" for i in range(200)]) == {f"k{i}": i for i in range(200)}
     sizes = cache._tbl.store.db.stats()["writes"]["group_commit"]  # type: ignore[union-attr]
     assert sizes["max"] > 1  # several tasks' sets in one commit
+
+
+def test_shutdown_closes_the_file_whole_and_the_next_use_reopens_it(
+    make_cache: MakeCache, tmp_path: Any
+) -> None:
+    """shutdown() closes the file's connections in this process (the WAL
+    checkpointed into the file, which then holds every entry on its own);
+    this cache and any other of the process on the file open it again on
+    their next use."""
+    path = str(tmp_path / "cache.sqlite3")
+    one, two = make_cache(), make_cache()
+    one.set("a", 1)
+    two.set("b", 2)
+    one.shutdown()
+    assert not os.path.exists(path + "-wal") or os.path.getsize(path + "-wal") == 0
+    with closing(sqlite3.connect(path)) as plain:  # the file alone has both
+        (n,) = plain.execute("SELECT count(*) FROM litegate_cache").fetchone()
+    assert n == 2
+    assert (two.get("a"), one.get("b")) == (1, 2)  # both reopen it
+    one.shutdown()
+    assert asyncio.run(two.aget("a")) == 1  # the asyncio face reopens it too
+    one.shutdown()
+    one.shutdown()  # twice: nothing left to close
+    assert one.add("c", 3)
+    assert two.get("c") == 3
