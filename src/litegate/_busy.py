@@ -23,6 +23,7 @@ from collections.abc import Callable
 from ._errors import ConfigError
 
 BusyStrategy = Callable[[int], float]
+"""A busy strategy: the seconds to sleep before retry number ``count``."""
 
 _MS = 0.001
 _SQLITE_BUSY = 5

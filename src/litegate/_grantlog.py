@@ -29,10 +29,17 @@ import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
-ENV = "LITEGATE_GRANT_LOG"  # the switch, a folder; child processes inherit it
+ENV = "LITEGATE_GRANT_LOG"
+"""The switch: a folder to log into, in a process's environment (child
+processes inherit it)."""
 
 
 class Grant(NamedTuple):
+    """One grant of the write gate, as logged: when its thread asked, got and
+    let go of the gate (CLOCK_MONOTONIC ns), who it was, whether it queued in
+    its process's line, its cross-process ticket (-1: none), when that
+    ticket became the head (0: never) and its budget (-1: no bound)."""
+
     arrive_ns: int
     grant_ns: int
     release_ns: int

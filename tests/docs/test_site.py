@@ -42,6 +42,7 @@ REFERENCE = {
     "litegate.django.cache": "litegate-django-cache",
     "litegate.sqlalchemy": "litegate-sqlalchemy",
     "litegate.ops": "litegate-ops",
+    "litegate.diagnostics": "litegate-diagnostics",
 }
 
 # What the browser check opens: the home page, one guide, one API page.
