@@ -28,9 +28,11 @@ has been overtaken ``overtakes`` times, or has waited ``seconds`` at the
 head (each ticket carries its own budget and its arrival on
 CLOCK_MONOTONIC, which all processes share). A release that finds the head's
 budget spent hands the gate over: it wakes the head through the futex, and
-nobody barges until the head has it. Otherwise a release wakes nobody, so a
-process that releases and asks again takes the gate back without a wake-up,
-and runs many transactions per time slice instead of one (a lock convoy).
+nobody barges until the head has it. Otherwise a release wakes nobody
+(unless its process says it will not ask again soon: ``release(wake=True)``),
+so a process that releases and asks again takes the gate back without a
+wake-up, and runs many transactions per time slice instead of one (a lock
+convoy).
 ``Budget(0, 0)`` makes every head due at once: strict FIFO by ticket.
 
 OFD locks belong to the open file, not the process: two :class:`ProcessLock`
@@ -657,7 +659,8 @@ class ProcessLock:
     def release(self, wake: bool = False) -> None:
         """Let the gate go. A head whose budget is spent gets it handed over
         (woken; nobody barges past it meanwhile); otherwise nobody is woken,
-        unless ``wake`` (a head rang for it)."""
+        unless ``wake`` (a head rang for it, or this process will not ask
+        again soon: see ``FileGate._let_go_ns``)."""
         if not self._held:
             raise RuntimeError("ProcessLock.release() without acquire()")
         self._held = False

@@ -292,6 +292,16 @@ class FileGate:
         self._released_ns = 0
         self._kept_ns = 0  # when the gate was last kept idle
         self._hot = False
+        # A release that keeps nothing wakes the head waiter of another
+        # process only if this process is cold: it had not let the gate go
+        # for WARM_NS before it took it. A warm one is likely a writer in a
+        # loop that asks again at once and takes the gate back past a head
+        # within its budget (a wake-up would start a lock convoy); a cold
+        # one (a burst's one write, a request now and then) will not, and
+        # without the wake-up the gate would stay free until the head looks
+        # again (up to ProcessLock.HEAD_CHECK_SECONDS per hand-over).
+        self._let_go_ns = -(1 << 62)
+        self._warm = False
         self._keeper: threading.Thread | None = None
         self._closing = False
         self.cohort_passes = 0  # grants that kept the cross-process gate (no system call)
@@ -621,10 +631,16 @@ class FileGate:
             raise
         self._cohort = True
         self._ticket = self.plock.last_ticket
+        self._took(budget)
+        return True
+
+    def _took(self, budget: Budget) -> None:
+        """This process took the cross-process gate: how it will let go."""
+        now = time.monotonic_ns()
         # hot: this process asks again soon after it lets go (a loop of writes);
         # only a policy that lets a running writer take the gate keeps it idle
-        self._hot = budget.barges and time.monotonic_ns() - self._released_ns < self.HOT_GAP_NS
-        return True
+        self._hot = budget.barges and now - self._released_ns < self.HOT_GAP_NS
+        self._warm = now - self._let_go_ns < self.WARM_NS
 
     def take_now(self, budget: Budget) -> bool:
         """The gate, only if taking it needs no wait (nobody of this process
@@ -647,7 +663,7 @@ class FileGate:
                 return True
         elif plock.try_now(budget):
             self._cohort = True
-            self._hot = budget.barges and time.monotonic_ns() - self._released_ns < self.HOT_GAP_NS
+            self._took(budget)
             self.owner = threading.get_ident()
             return True
         self.lock.release()  # (a cohort whose head is due: the full path hands over)
@@ -730,14 +746,15 @@ class FileGate:
             if lock._waiters:
                 if plock.head_due():  # another process's head is due: hand over
                     self._cohort = False
+                    self._let_go_ns = time.monotonic_ns()
                     plock.release()
                 else:
                     kept_for_waiters = True  # for our own next waiter (a cohort)
             # kept idle: ours again without a system call, until the keeper lets go
             elif not (self._hot and self._keep_idle()):
                 self._cohort = False
-                self._released_ns = time.monotonic_ns()
-                plock.release()
+                self._released_ns = self._let_go_ns = time.monotonic_ns()
+                plock.release(wake=not self._warm)
         finally:
             # (if the waiters we kept it for leave, on_vacant lets it go)
             lock.release(kept_for_waiters)
@@ -750,13 +767,17 @@ class FileGate:
             try:
                 if self._cohort and not self.plock.idle:
                     self._cohort = False
-                    self.plock.release()
+                    self._let_go_ns = time.monotonic_ns()
+                    self.plock.release(wake=not self._warm)
             finally:
                 self.lock.release()
 
     # Between a release and this process's next request for the gate, at most
     # this long for the process to count as hot (and keep the gate idle).
     HOT_GAP_NS = 500_000
+    # A process that let the cross-process gate go this recently before it
+    # took it is warm (see _let_go_ns): its plain releases wake nobody.
+    WARM_NS = 10_000_000
     # The keeper's next look when it must let go but a transaction of ours runs.
     BUSY_LOOK_SECONDS = 0.0001
 
@@ -814,6 +835,7 @@ class FileGate:
             if self._cohort and self.plock.idle:
                 self._cohort = False
                 self._hot = False
+                self._let_go_ns = time.monotonic_ns()
                 self.plock.release(wake=True)
         finally:
             self.lock.release()

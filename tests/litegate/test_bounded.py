@@ -329,6 +329,38 @@ def test_a_head_due_gets_the_gate_handed_over(tmp_path: Path) -> None:
     b.close()
 
 
+@pytest.mark.skipif(not _futex.AVAILABLE, reason="needs futexes (the head sleeps on one)")
+def test_a_cold_process_wakes_the_head_when_it_lets_go_and_a_warm_one_does_not(
+    db_path: str,
+) -> None:
+    """A head within its budget is woken by the release of a process that
+    had not let the gate go for WARM_NS (a burst's one write: it will not
+    take the gate back, so the head takes it at once instead of at its next
+    look); a warm process's release wakes nobody (it is likely to ask again
+    at once, and take the gate back past the head). The head here looks
+    only once a minute, so being woken is the only way it gets the gate."""
+    db = litegate.connect(db_path, timeout=10, checkpoints=False)
+    db.execute("CREATE TABLE t(v)")
+    gate = db._process_state().filegate
+    gate.HOT_GAP_NS = 0  # never hot: every release lets the gate go
+    budget = litegate.Bounded(1000, 3600.0)  # never due: a release need not hand over
+    for warm in (True, False):
+        gate.WARM_NS = 3600 * 10**9 if warm else 0
+        with db.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            b, got, t = _head_behind(db_path + "-litegate", budget)
+            wait_until(lambda b=b: gate.plock._head() is not None, what="a head waiter")
+        assert got.wait(0.5) is not warm  # woken (and granted) only by the cold release
+        if warm:
+            gate.WARM_NS = 0
+            db.execute("INSERT INTO t VALUES (2)")  # now cold: its release wakes b
+            assert got.wait(10)
+        t.join()
+        b.release()
+        b.close()
+    db.close()
+
+
 def _barges(path: str) -> int:
     counters = read_counters(path)
     assert counters is not None
