@@ -349,7 +349,7 @@ def test_a_cold_process_wakes_the_head_when_it_lets_go_and_a_warm_one_does_not(
         with db.write() as conn:
             conn.execute("INSERT INTO t VALUES (1)")
             b, got, t = _head_behind(db_path + "-litegate", budget)
-            wait_until(lambda b=b: gate.plock._head() is not None, what="a head waiter")
+            wait_until(lambda: gate.plock._head() is not None, what="a head waiter")
         assert got.wait(0.5) is not warm  # woken (and granted) only by the cold release
         if warm:
             gate.WARM_NS = 0
