@@ -144,7 +144,9 @@ def check(grants: list[Grant], slack_ns: int = 0) -> dict[str, int]:
     """The bounds, measured on a log (grant order, as :func:`read` gives it).
     Counts of violations (each must be 0) and the worst figures seen:
 
-    - ``overlaps``: two holders at once, across every process and thread;
+    - ``overlaps``: two holders at once, across every process and thread
+      (``worst_overlap_ns``: the largest, negative when there is none: then
+      the shortest gap between one release and the next grant);
     - ``out_of_order``: sleepers across processes not granted in ticket order;
     - ``worst_overtakes`` (and that grant's ``overtakes_bound``): grants taken
       while a sleeper was at the head; ``over_overtakes``: sleepers overtaken
@@ -167,14 +169,19 @@ def check(grants: list[Grant], slack_ns: int = 0) -> dict[str, int]:
     ends = [g.release_ns for g in grants]
     held = list(itertools.accumulate((e - s for s, e in zip(starts, ends, strict=True)), initial=0))
     out = dict.fromkeys(
-        ("grants", "queued", "overlaps", "out_of_order", "worst_overtakes", "overtakes_bound",
-         "over_overtakes", "timed", "over_budget", "worst_over_budget_ns", "worst_free_gap_ns",
-         "free_gaps"),
+        ("grants", "queued", "overlaps", "worst_overlap_ns", "out_of_order", "worst_overtakes",
+         "overtakes_bound", "over_overtakes", "timed", "over_budget", "worst_over_budget_ns",
+         "worst_free_gap_ns", "free_gaps"),
         0,
     )  # fmt: skip
     out["grants"] = len(grants)
     out["overtakes_bound"] = -1
     out["overlaps"] = sum(1 for a, b in itertools.pairwise(grants) if a.release_ns > b.grant_ns)
+    # by how much (a real second holder overlaps by its whole wait for the
+    # unlock; a few microseconds would be the clocks of two CPUs disagreeing)
+    out["worst_overlap_ns"] = max(
+        (a.release_ns - b.grant_ns for a, b in itertools.pairwise(grants)), default=0
+    )
     last_ticket = -1
     for i, g in enumerate(grants):
         if g.ticket < 0:

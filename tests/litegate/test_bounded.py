@@ -141,6 +141,7 @@ def test_the_checks_measure_a_clean_log() -> None:
     assert (seen["worst_overtakes"], seen["overtakes_bound"]) == (3, 16)
     assert seen["worst_free_gap_ns"] == 1000 - 45  # free from the last barger's release on
     assert seen["worst_over_budget_ns"] == 0  # 990 ns at the head against a 2 ms budget
+    assert seen["worst_overlap_ns"] == -5  # none: 5 ns between a release and the next grant
     for count in ("overlaps", "out_of_order", "over_overtakes", "over_budget"):
         assert seen[count] == 0
     assert seen["free_gaps"] == 4  # (every gap counts past a slack of 0)
@@ -152,6 +153,7 @@ def test_the_checks_catch_overlapping_holders() -> None:
     b = Grant(0, 20, 40, 2, 1, False, -1, 0, 16, 2000)
     with pytest.raises(AssertionError, match="two holders at once"):
         check_log([a, b])
+    assert _grantlog.check([a, b])["worst_overlap_ns"] == 10  # by how much
 
 
 def test_the_checks_catch_an_overrun_budget() -> None:
