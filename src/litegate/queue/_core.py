@@ -708,14 +708,7 @@ class Core:
     def purge(self, done_before: object, dead_before: object, limit: object = None) -> Step[int]:
         """Delete finished jobs, in chunks of PURGE_CHUNK per transaction,
         at most ``limit`` of them (None: all)."""
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise ConfigError(
-                f"purge's limit is how many jobs to delete at most, a whole number >= 1 "
-                f"(or None for all), got {limit!r}"
-            )
-        left = math.inf if limit is None else limit
+        left = math.inf if limit is None else _whole("limit", limit, minimum=1)
         targets = []
         if done_before is not None:
             targets.append((sql.DONE, _timestamp("done_before", done_before)))

@@ -163,12 +163,8 @@ class LitegateCache(BaseCache):
         Any cache of this process on that file opens it again on its next
         use. (Django calls :meth:`close` after every request, which keeps
         the file open; this is for tests, tools and shutdown hooks.)"""
-        t = self._tbl
         self._tbl = None
-        if t is not None:
-            forget_store(t.store.path)
-        else:
-            forget_store(self._database_file(self._alias) if self._alias else self._path)
+        forget_store(self._file())
 
     def _table(self) -> Table:
         t = self._tbl
@@ -176,13 +172,14 @@ class LitegateCache(BaseCache):
             t = self._open()
         return t
 
+    def _file(self) -> str:
+        """The cache's file: LOCATION, or the app database's (OPTIONS["database"])."""
+        return self._path if self._alias is None else self._database_file(self._alias)
+
     def _open(self) -> Table:
-        path = self._path
-        if self._alias is not None:
-            path = self._database_file(self._alias)
         try:
             store = open_store(
-                path,
+                self._file(),
                 profile=self._profile,
                 pragmas=self._pragmas,
                 readers=self._readers,

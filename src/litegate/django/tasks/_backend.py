@@ -193,15 +193,10 @@ class TaskBackend(Base):
         jid = _job_id(result_id)
         if jid is None:
             raise TaskResultDoesNotExist(result_id)
-        wrapper = self._wrapper()
-        try:
-            with wrapper.cursor() as cur:
-                cur.execute(_store.SELECT, (jid,))
-                row = cur.fetchone()
-        except Exception as exc:
-            if "no such table" in str(exc):  # nothing was ever enqueued in this file
-                raise TaskResultDoesNotExist(result_id) from None
-            raise
+        rows = self._fetch(_store.SELECT, (jid,))
+        if rows is None:
+            raise TaskResultDoesNotExist(result_id)
+        row = rows[0] if rows else None
         payload = None if row is None else _decoded(row[1])
         if payload is None or not is_task_payload(payload):
             raise TaskResultDoesNotExist(result_id)
@@ -213,18 +208,23 @@ class TaskBackend(Base):
         :meth:`get_result` would tell them one by one; a status with none is
         left out. One query over the queue's job table (plain
         ``litegate.queue`` jobs put in these queues count too)."""
-        wrapper = self._wrapper()
-        try:
-            with wrapper.cursor() as cur:
-                cur.execute(_store.COUNTS, (json.dumps(sorted(self.queues)),))
-                rows = cur.fetchall()
-        except Exception as exc:
-            if "no such table" in str(exc):  # nothing was ever enqueued in this file
-                return {}
-            raise
-        return {str(status): int(n) for status, n in rows}
+        rows = self._fetch(_store.COUNTS, (json.dumps(sorted(self.queues)),))
+        return {str(status): int(n) for status, n in rows or ()}
 
     # -- plumbing -----------------------------------------------------------------
+    def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any] | None:
+        """The rows of a read of the queue's and the results' tables; None
+        if they do not exist yet (nothing was ever enqueued in this file)."""
+        try:
+            with self._wrapper().cursor() as cur:
+                cur.execute(sql, params)
+                rows: list[Any] = cur.fetchall()
+        except Exception as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+        return rows
+
     def _wrapper(self) -> Any:
         if self.database not in settings.DATABASES:
             raise SettingsError(
