@@ -282,6 +282,14 @@ class Connection(sqlite3.Connection):
                 if self.litegate_nested:
                     raise self._lg_nested_write() from exc
             raise
+        except (sqlite3.Warning, ValueError) as exc:
+            # Python 3.10's sqlite3 refuses several statements at once with a
+            # Warning and a NUL in the SQL with ValueError, neither a DB-API
+            # error, so SQLAlchemy let them through unwrapped; 3.11 and later
+            # raise ProgrammingError for both, as here.
+            if isinstance(exc, ValueError) and "null character" not in str(exc):
+                raise
+            raise sqlite3.ProgrammingError(str(exc)) from exc
         finally:
             if self.litegate_held and not self._lg_in_transaction():
                 self.litegate_give(committed=ok)
