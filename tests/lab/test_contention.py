@@ -7,6 +7,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,54 @@ def test_after_latest_release() -> None:
     assert contention._after_latest_release(records, [1.0, 2.002]) == pytest.approx(3.0)
     assert contention._after_latest_release([{"end_ms": 7.0}], []) == pytest.approx(7.0)
     assert contention._after_latest_release([], [1.0]) is None
+
+
+def _say_finished_then_linger(finished: Connection, seconds: float) -> None:
+    finished.send(os.getpid())
+    time.sleep(seconds)
+
+
+def test_the_parent_waits_for_every_child_to_finish_or_die() -> None:
+    """Children say they are done on a pipe; one that dies without saying so
+    (SIGKILL, a crash) counts as done at once, not at the deadline."""
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    saying = ctx.Process(target=_say_finished_then_linger, args=(writer, 30.0), daemon=True)
+    silent = ctx.Process(target=time.sleep, args=(30.0,), daemon=True)
+    for p in (saying, silent):
+        p.start()
+    try:
+        started = time.monotonic()
+        threading.Timer(0.5, silent.kill).start()
+        contention._await_finished(reader, [saying, silent], time.monotonic() + 60)
+        waited = time.monotonic() - started
+        assert reader.poll() is False  # the message was read
+        assert silent.exitcode == -signal.SIGKILL
+        assert saying.is_alive()  # it said so, and is still there: no wait for its exit
+        assert waited < 10  # neither the deadline (60 s) nor the lingering child (30 s)
+    finally:
+        for p in (saying, silent):
+            p.kill()
+            p.join()
+        reader.close()
+        writer.close()
+
+
+def test_the_parent_stops_waiting_at_the_deadline() -> None:
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    silent = ctx.Process(target=time.sleep, args=(30.0,), daemon=True)
+    silent.start()
+    try:
+        started = time.monotonic()
+        contention._await_finished(reader, [silent], time.monotonic() + 0.3)
+        assert 0.3 <= time.monotonic() - started < 10
+        assert silent.is_alive()
+    finally:
+        silent.kill()
+        silent.join()
+        reader.close()
+        writer.close()
 
 
 @pytest.fixture(scope="module")

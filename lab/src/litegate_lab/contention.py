@@ -41,10 +41,13 @@ Children are started with multiprocessing's ``spawn`` method (clean
 interpreters; about 0.3 s for 8 children here, ``fork`` is ~0.1 s: not worth
 the risk of forking a process with threads). Every connection is opened
 before the start signal, so the figures time the write, not the open. A
-child that has finished reports at once but stays idle (no clean-up, no
-exit) until every child has reported: on 2 cores, finished children closing
-connections and shutting their interpreters down took CPU from the waiters
-still queued and added up to ~20 ms to the last finish. All
+child whose writers have finished says so (one small write to a pipe) and
+stays idle (no report, no clean-up, no exit) until every child has said so;
+only then do the children send their records: on 2 cores, finished children
+closing connections and shutting their interpreters down took CPU from the
+waiters still queued and added up to ~20 ms to the last finish, and
+pickling the records into a ``multiprocessing.Queue`` (which starts a feeder
+thread) while others waited took more (measured: docs/results/contention.md). All
 modes commit with ``synchronous=NORMAL`` in WAL mode (litegate's default
 profile) so that fsync does not blur the comparison of waiting strategies.
 
@@ -54,7 +57,7 @@ process on Linux). Per cell:
 - PARENT: first lock taken -> last lock released (0 when S = 0)
 - FASTEST / SLOWEST: shortest / longest child write, each from the start
   signal as its thread saw it to its COMMIT (or its error)
-- SCRIPT: first lock taken -> every child's results collected
+- SCRIPT: first lock taken -> every child has said its writers are done
 - DELTA: PARENT - SLOWEST (as in the seed)
 - ERRORS: child writes that failed (``database is locked``, timeouts)
 - AFTER_RELEASE: last child COMMIT - the parent's last release (S = 0: the
@@ -81,7 +84,11 @@ The JSON also has ``after_latest_release_ms``: the largest finish minus the
 parent release just before it, i.e. how long the lock stood free before the
 last waiter got through, also when the children got in during the gap; and
 ``first_after_release_ms`` / ``p50_after_release_ms``: the first / median
-child COMMIT minus the same last release as AFTER_RELEASE.
+child COMMIT minus the same last release as AFTER_RELEASE; and
+``host_steal_ms``: CPU time the hypervisor took from this (virtual)
+machine between the last release and the last child's finish (/proc/stat's
+``steal``, in 10 ms ticks): a burst of a few ms with a tick of steal in it
+was slowed by the host, not by the lock.
 
 Variants (issue 10): the same experiment run other ways through the public
 API. Two axes, each an option of its own:
@@ -110,6 +117,7 @@ import argparse
 import contextlib
 import fcntl
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import sqlite3
 import tempfile
@@ -118,6 +126,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -168,6 +177,7 @@ FIGURES = (
     "overtaken_share",  # the share of writers that a later one overtook
     "handoff_share",  # litegate: the gate's grants forced by a head's spent budget
     "gate_grants",  # litegate: the gate's grants across processes (JSON only)
+    "host_steal_ms",  # JSON only: CPU time the hypervisor took, release -> all finished
 )
 # the main table's columns; the rest are in the JSON (and the variant tables)
 TABLE_FIGURES = (*FIGURES[:7], "worst_overtakes", "handoff_share")
@@ -408,15 +418,21 @@ def _writer(
     return write_strategy, conn.close
 
 
-def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
-    """Entry point of one child process (importable under ``spawn``)."""
+def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any], finished: Connection) -> None:
+    """Entry point of one child process (importable under ``spawn``).
+
+    When its writers are done the child says so on ``finished`` (one small
+    write to a pipe, no thread) and stays idle until every child has; only
+    then does it gather its figures and send them on ``results``. Pickling
+    the records and starting the queue's feeder thread while other children
+    still wait for the lock would take CPU from their writers (2 cores)."""
     pid = os.getpid()
     out: dict[str, Any] = {"pid": pid, "records": [], "setup_error": None}
     db: litegate.Database | None = None
     cleanups: list[Callable[[], None]] = []
     records: list[dict[str, Any]] = []
     lock = threading.Lock()
-    reported = False
+    reported = said_finished = False
     try:
         wait_until_all_done = StartSignal(spec.done_path).waiter()
         if spec.mode in LITEGATE_MODES:
@@ -475,6 +491,12 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
                 t.start()
         for t in threads:
             t.join()
+        finished.send(pid)
+        said_finished = True
+        # Stay idle until every child is done: reporting, closing connections
+        # and shutting the interpreter down would take CPU from the writers
+        # of the other children that are still waiting (2 cores).
+        wait_until_all_done()
         if db is not None:
             stats = db.stats()
             out["busy_retries"] = stats["busy_retries"]
@@ -482,15 +504,14 @@ def child_main(spec: ChildSpec, ready: Barrier, results: Queue[Any]) -> None:
         out["records"] = sorted(records, key=lambda r: int(r["thread"]))
         results.put(out)
         reported = True
-        # Stay idle until every child is done: closing connections and
-        # shutting the interpreter down would take CPU from the writers of
-        # the other children that are still waiting (2 cores).
-        wait_until_all_done()
     except BaseException:
         out["setup_error"] = traceback.format_exc(limit=3)
         with contextlib.suppress(Exception):
             ready.abort()
     finally:
+        if not said_finished:
+            with contextlib.suppress(Exception):
+                finished.send(pid)
         if not reported:
             out["records"] = sorted(records, key=lambda r: int(r["thread"]))
             results.put(out)
@@ -592,6 +613,24 @@ def _slow_work(kind: str, seconds: float, cte_n: int) -> Callable[[sqlite3.Conne
     return sleep
 
 
+def _await_finished(reader: Connection, procs: Sequence[Any], deadline: float) -> None:
+    """Until every child has said its writers are done, or has died, or the
+    deadline has passed."""
+    finished: set[int] = set()
+    dead: set[int] = set()
+    sentinels = {p.sentinel: p for p in procs}
+    while len(finished | dead) < len(procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        for ready in mp_connection.wait([reader, *sentinels], timeout=left):
+            if ready is reader:
+                while reader.poll():
+                    finished.add(int(reader.recv()))
+            else:
+                dead.add(sentinels.pop(ready).pid)
+
+
 @dataclass
 class CellResult:
     run: int
@@ -645,9 +684,10 @@ def run_cell(
         )
         ready = ctx.Barrier(cell.processes + 1)
         results: Queue[Any] = ctx.Queue()
+        finished_r, finished_w = ctx.Pipe(duplex=False)
         procs = [
             ctx.Process(  # type: ignore[attr-defined]
-                target=child_main, args=(spec, ready, results), daemon=True
+                target=child_main, args=(spec, ready, results, finished_w), daemon=True
             )
             for _ in range(cell.processes)
         ]
@@ -682,14 +722,19 @@ def run_cell(
         finally:
             go.fire()  # never leave the children blocked
         deadline = time.monotonic() + cfg.child_timeout * 4 + 60
+        steal_before = host_steal_ns()
+        _await_finished(finished_r, procs, deadline)
+        t_collected = time.monotonic()
+        steal_after = host_steal_ns()
+        done.fire()
         for _ in procs:
             try:
                 outs.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
             except Exception:
                 break
-        t_collected = time.monotonic()
-        done.fire()
         reap(procs, results, timeout=10)
+        finished_r.close()
+        finished_w.close()
         res.rows_found = _count_rows(path)
         committed = _commit_order(path)
         # the gate's counters, shared by every process (no sidecar: not litegate)
@@ -752,8 +797,26 @@ def run_cell(
         "overtaken_share": order["overtaken_share"] if placed else None,
         "handoff_share": gate.get("handoff_share"),
         "gate_grants": gate.get("gate_grants"),
+        "host_steal_ms": (
+            None
+            if steal_before is None or steal_after is None
+            else (steal_after - steal_before) / 1e6
+        ),
     }
     return res
+
+
+def host_steal_ns() -> int | None:
+    """CPU time the hypervisor has taken from this virtual machine's CPUs
+    so far (``steal`` in /proc/stat, summed over CPUs; in clock ticks of
+    10 ms, so a few ms of steal in a burst shows as 0 or 10 ms); None where
+    the system does not say."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _after_latest_release(
