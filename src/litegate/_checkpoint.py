@@ -14,8 +14,11 @@ them takes it when its holder closes the file or dies. Each process counts
 its own commits through litegate (a plain integer) and rings
 a doorbell in the sidecar (a futex word) every ``every_commits`` of them (the
 profile's ``wal_autocheckpoint``); the seated checkpointer sleeps on it and
-runs a round when it rings, and at least once a second, when the WAL index
-shows committed frames it has not copied (any process's, litegate's or not).
+runs a round when it rings, when the log has grown by ``every_commits``
+frames since its last round (it looks at the WAL index while the log grows:
+SQLite's threshold counts pages, and a commit can write hundreds), and at
+least once a second, when the WAL index shows committed frames it has not
+copied (any process's, litegate's or not).
 
 **No checkpoint of litegate's runs while a commit restarts the WAL** (SQLite's
 "WAL-reset bug", 3.7.0 through 3.51.2: a checkpoint that starts on a fully
@@ -224,6 +227,8 @@ def litestream_markers(path: str, conn: sqlite3.Connection | None = None) -> boo
 
 class Checkpointer:
     IDLE_WAKE_SECONDS = 1.0
+    WATCH_SECONDS = 0.01  # how often the log is looked at while it grows...
+    WATCH_LINGER = 1.0  # ... and for this long after it last grew
     RESTART_PATIENCE = 0.005  # first wait for old readers, gate held
     RESTART_PATIENCE_MAX = 0.100  # the most it grows to after failed rounds
     PRE_ROUNDS = 4  # ungated PASSIVE rounds before a gated turn, at most
@@ -261,6 +266,9 @@ class Checkpointer:
         self.conn: sqlite3.Connection | None = None
         self.pin: sqlite3.Connection | None = None
         self._view: WalIndexView | None = None
+        self._looked_at = 0  # frames in the log at the last look
+        self._grew_at = -1e9  # when a look last saw the log change (monotonic)
+        self._round_log = 0  # frames in the log after the last round
         self.gated_passive = 0  # PASSIVE rounds run with the gate (no view of the WAL index)
         self.idle_rounds = 0  # rounds with nothing to copy
         self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
@@ -327,11 +335,53 @@ class Checkpointer:
         # (its first round comes within IDLE_WAKE_SECONDS, or at the next ring)
 
     def _serve(self) -> None:
-        """Seated: sleep until the doorbell rings or a second has passed,
-        then a round (which copies what the WAL index shows uncopied)."""
+        """Seated: sleep until the doorbell rings, the log has grown by
+        ``every_commits`` frames since the last round, or a second has
+        passed; then a round (which copies what the WAL index shows
+        uncopied).
+
+        The doorbell counts commits, each process its own, which is what
+        SQLite's ``wal_autocheckpoint`` counts only when a commit writes
+        one page: 1,000 commits of a hundred rows each, spread over eight
+        processes, grew the log by tens of MB between rounds. So while the
+        log grows (and for WATCH_LINGER after) the checkpointer also looks
+        at the WAL index every WATCH_SECONDS, counting frames whoever wrote
+        them; idle, it sleeps."""
         seat = self.seat
-        seat.wait_bell(seat.bell(), self.IDLE_WAKE_SECONDS)
+        seen = seat.bell()
+        deadline = time.monotonic() + self.IDLE_WAKE_SECONDS
+        while not self._stop:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            log = self._log_frames()
+            if log is not None:
+                if log != self._looked_at:
+                    self._looked_at, self._grew_at = log, now
+                base = self._round_log if log >= self._round_log else 0  # (0: restarted)
+                if log - base >= self.every_commits:
+                    break
+            watching = now - self._grew_at < self.WATCH_LINGER
+            seat.wait_bell(
+                seen, min(deadline - now, self.WATCH_SECONDS) if watching else deadline - now
+            )
+            if seat.bell() != seen:
+                break
         self._round()
+        if self.last is not None:
+            self._round_log = self.last[1]
+
+    def _log_frames(self) -> int | None:
+        """Frames in the log now (the WAL index's header; None without a
+        view of it)."""
+        if self._view is None:
+            if self.conn is None:
+                return None
+            self._view = WalIndexView.open(self.path + "-shm")
+            if self._view is None:
+                return None
+        state = self._view.state()
+        return None if state is None else state[1]
 
     def _round(self) -> None:
         if self._stop:

@@ -223,6 +223,35 @@ def test_a_round_with_nothing_to_copy_runs_no_checkpoint(
     db.close()
 
 
+def test_a_round_follows_the_logs_growth_not_only_the_commit_count(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The doorbell rings every ``wal_autocheckpoint`` commits of a process;
+    one commit that writes hundreds of pages must not wait for it (nor for
+    the idle wake): while the log grows, the checkpointer counts frames."""
+    from litegate._checkpoint import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # no round by the clock
+    monkeypatch.setattr(Checkpointer, "WATCH_LINGER", 600.0)  # once it watches, it keeps on
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 100})
+    db.execute("CREATE TABLE t(v)")
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    wait_until(lambda: ckpt.seat.seated and ckpt.conn is not None, what="the seat")
+    before = ckpt.passive.count + ckpt.idle_rounds
+    ckpt.seat.ring()  # a round now; the log has grown since the checkpointer last looked
+    wait_until(lambda: ckpt.passive.count + ckpt.idle_rounds > before, what="the rung round")
+    copied = ckpt.passive.count
+    db.execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) "
+        "INSERT INTO t SELECT randomblob(3000) FROM c"
+    )  # one commit of about 300 pages: the doorbell does not ring
+    wait_until(lambda: ckpt.passive.count > copied, what="a round for the log's growth")
+    assert ckpt.last is not None
+    assert ckpt.last[2] >= 300  # it copied the big commit's frames
+    db.close()
+
+
 def _seated(path: str) -> int | None:
     from litegate.ops._inspect import checkpointer_pid
 
