@@ -15,8 +15,9 @@ its own commits through litegate (a plain integer) and rings
 a doorbell in the sidecar (a futex word) every ``every_commits`` of them (the
 profile's ``wal_autocheckpoint``); the seated checkpointer sleeps on it and
 runs a round when it rings, when the log has grown by ``every_commits``
-frames since its last round (it looks at the WAL index while the log grows:
-SQLite's threshold counts pages, and a commit can write hundreds), and at
+frames since its last round (it looks at the WAL index every 10 ms while the
+log grows, every 100 ms otherwise: SQLite's threshold counts pages, and a
+commit can write hundreds), and at
 least once a second, when the WAL index shows committed frames it has not
 copied (any process's, litegate's or not).
 
@@ -229,6 +230,7 @@ class Checkpointer:
     IDLE_WAKE_SECONDS = 1.0
     WATCH_SECONDS = 0.01  # how often the log is looked at while it grows...
     WATCH_LINGER = 1.0  # ... and for this long after it last grew
+    IDLE_LOOK_SECONDS = 0.1  # ... and otherwise (a burst after a quiet spell)
     RESTART_PATIENCE = 0.005  # first wait for old readers, gate held
     RESTART_PATIENCE_MAX = 0.100  # the most it grows to after failed rounds
     PRE_ROUNDS = 4  # ungated PASSIVE rounds before a gated turn, at most
@@ -343,10 +345,11 @@ class Checkpointer:
         The doorbell counts commits, each process its own, which is what
         SQLite's ``wal_autocheckpoint`` counts only when a commit writes
         one page: 1,000 commits of a hundred rows each, spread over eight
-        processes, grew the log by tens of MB between rounds. So while the
-        log grows (and for WATCH_LINGER after) the checkpointer also looks
-        at the WAL index every WATCH_SECONDS, counting frames whoever wrote
-        them; idle, it sleeps."""
+        processes, grew the log by tens of MB between rounds. So the
+        checkpointer also looks at the WAL index, counting frames whoever
+        wrote them: every WATCH_SECONDS while the log grows (and for
+        WATCH_LINGER after), every IDLE_LOOK_SECONDS otherwise, so that a
+        burst after a quiet spell is seen within that."""
         seat = self.seat
         seen = seat.bell()
         deadline = time.monotonic() + self.IDLE_WAKE_SECONDS
@@ -362,9 +365,8 @@ class Checkpointer:
                 if log - base >= self.every_commits:
                     break
             watching = now - self._grew_at < self.WATCH_LINGER
-            seat.wait_bell(
-                seen, min(deadline - now, self.WATCH_SECONDS) if watching else deadline - now
-            )
+            look = self.WATCH_SECONDS if watching else self.IDLE_LOOK_SECONDS
+            seat.wait_bell(seen, min(deadline - now, look))
             if seat.bell() != seen:
                 break
         self._round()

@@ -252,6 +252,29 @@ def test_a_round_follows_the_logs_growth_not_only_the_commit_count(
     db.close()
 
 
+def test_a_burst_after_a_quiet_spell_is_seen_without_the_doorbell(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quiet, the checkpointer still looks at the log now and then: one
+    commit of hundreds of pages gets its round long before the idle wake."""
+    from litegate._checkpoint import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # no round by the clock
+    monkeypatch.setattr(Checkpointer, "WATCH_LINGER", 0.0)  # never watching closely
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 100})
+    db.execute("CREATE TABLE t(v)")
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    wait_until(lambda: ckpt.seat.seated and ckpt.conn is not None, what="the seat")
+    copied = ckpt.passive.count
+    db.execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) "
+        "INSERT INTO t SELECT randomblob(3000) FROM c"
+    )  # one commit of about 300 pages: the doorbell does not ring
+    wait_until(lambda: ckpt.passive.count > copied, what="a round for the burst")
+    db.close()
+
+
 def _seated(path: str) -> int | None:
     from litegate.ops._inspect import checkpointer_pid
 
