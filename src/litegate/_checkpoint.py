@@ -270,7 +270,6 @@ class Checkpointer:
         self._view: WalIndexView | None = None
         self._looked_at = 0  # frames in the log at the last look
         self._grew_at = -1e9  # when a look last saw the log change (monotonic)
-        self._round_log = 0  # frames in the log after the last round
         self.gated_passive = 0  # PASSIVE rounds run with the gate (no view of the WAL index)
         self.idle_rounds = 0  # rounds with nothing to copy
         self.passive = WaitHistogram()  # durations of PASSIVE checkpoints
@@ -357,12 +356,14 @@ class Checkpointer:
             now = time.monotonic()
             if now >= deadline:
                 break
-            log = self._log_frames()
-            if log is not None:
+            state = self._wal_state()
+            if state is not None:
+                log = state[1]
                 if log != self._looked_at:
                     self._looked_at, self._grew_at = log, now
-                base = self._round_log if log >= self._round_log else 0  # (0: restarted)
-                if log - base >= self.every_commits:
+                # frames since the last round's (all of them if the log restarted since)
+                last = 0 if self.last is None or log < self.last[1] else self.last[1]
+                if log - last >= self.every_commits:
                     break
             watching = now - self._grew_at < self.WATCH_LINGER
             look = self.WATCH_SECONDS if watching else self.IDLE_LOOK_SECONDS
@@ -370,20 +371,18 @@ class Checkpointer:
             if seat.bell() != seen:
                 break
         self._round()
-        if self.last is not None:
-            self._round_log = self.last[1]
 
-    def _log_frames(self) -> int | None:
-        """Frames in the log now (the WAL index's header; None without a
-        view of it)."""
+    def _wal_state(self) -> tuple[int, int] | None:
+        """(frames copied, frames in the log) from the WAL index, through a
+        view opened on first use (on this thread's connection's descriptor);
+        None without one, or while the header is being written."""
         if self._view is None:
             if self.conn is None:
                 return None
             self._view = WalIndexView.open(self.path + "-shm")
             if self._view is None:
                 return None
-        state = self._view.state()
-        return None if state is None else state[1]
+        return self._view.state()
 
     def _round(self) -> None:
         if self._stop:
@@ -441,9 +440,7 @@ class Checkpointer:
             return None
         try:
             if pin is not None:
-                if self._view is None:
-                    self._view = WalIndexView.open(self.path + "-shm")
-                seen = self._view.state() if self._view is not None else None
+                seen = self._wal_state()
                 if seen is None:
                     if not os.path.exists(self.path + "-wal"):
                         return None  # not in WAL mode: nothing to checkpoint

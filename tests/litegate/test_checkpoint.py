@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import litegate
+from litegate._checkpoint import Checkpointer
 from tests.conftest import wait_until
 
 
@@ -200,17 +201,29 @@ def test_the_wal_index_view_reads_what_sqlite_reports(db_path: str) -> None:
     db.close()
 
 
-def test_a_round_with_nothing_to_copy_runs_no_checkpoint(
-    db_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from litegate._checkpoint import Checkpointer
-
-    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # rounds only when called
-    db = litegate.connect(db_path)
-    db.execute("CREATE TABLE t(v)")
+def _seated_checkpointer(db: litegate.Database) -> Checkpointer:
+    """This process's checkpointer, once it holds the seat and its connection."""
     ckpt = db._process_state().checkpointer
     assert ckpt is not None
     wait_until(lambda: ckpt.seat.seated and ckpt.conn is not None, what="the seat")
+    return ckpt
+
+
+def _commit_300_pages(db: litegate.Database) -> None:
+    """One commit of about 300 pages (a row of 3,000 bytes each) into t(v)."""
+    db.execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) "
+        "INSERT INTO t SELECT randomblob(3000) FROM c"
+    )
+
+
+def test_a_round_with_nothing_to_copy_runs_no_checkpoint(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # rounds only when called
+    db = litegate.connect(db_path)
+    db.execute("CREATE TABLE t(v)")
+    ckpt = _seated_checkpointer(db)
     db.checkpoint("PASSIVE")  # everything copied
     before = ckpt.passive.count
     ckpt.checkpoint()
@@ -229,23 +242,16 @@ def test_a_round_follows_the_logs_growth_not_only_the_commit_count(
     """The doorbell rings every ``wal_autocheckpoint`` commits of a process;
     one commit that writes hundreds of pages must not wait for it (nor for
     the idle wake): while the log grows, the checkpointer counts frames."""
-    from litegate._checkpoint import Checkpointer
-
     monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # no round by the clock
     monkeypatch.setattr(Checkpointer, "WATCH_LINGER", 600.0)  # once it watches, it keeps on
     db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 100})
     db.execute("CREATE TABLE t(v)")
-    ckpt = db._process_state().checkpointer
-    assert ckpt is not None
-    wait_until(lambda: ckpt.seat.seated and ckpt.conn is not None, what="the seat")
+    ckpt = _seated_checkpointer(db)
     before = ckpt.passive.count + ckpt.idle_rounds
     ckpt.seat.ring()  # a round now; the log has grown since the checkpointer last looked
     wait_until(lambda: ckpt.passive.count + ckpt.idle_rounds > before, what="the rung round")
     copied = ckpt.passive.count
-    db.execute(
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) "
-        "INSERT INTO t SELECT randomblob(3000) FROM c"
-    )  # one commit of about 300 pages: the doorbell does not ring
+    _commit_300_pages(db)  # the doorbell does not ring
     wait_until(lambda: ckpt.passive.count > copied, what="a round for the log's growth")
     assert ckpt.last is not None
     assert ckpt.last[2] >= 300  # it copied the big commit's frames
@@ -257,20 +263,13 @@ def test_a_burst_after_a_quiet_spell_is_seen_without_the_doorbell(
 ) -> None:
     """Quiet, the checkpointer still looks at the log now and then: one
     commit of hundreds of pages gets its round long before the idle wake."""
-    from litegate._checkpoint import Checkpointer
-
     monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 60.0)  # no round by the clock
     monkeypatch.setattr(Checkpointer, "WATCH_LINGER", 0.0)  # never watching closely
     db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 100})
     db.execute("CREATE TABLE t(v)")
-    ckpt = db._process_state().checkpointer
-    assert ckpt is not None
-    wait_until(lambda: ckpt.seat.seated and ckpt.conn is not None, what="the seat")
+    ckpt = _seated_checkpointer(db)
     copied = ckpt.passive.count
-    db.execute(
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) "
-        "INSERT INTO t SELECT randomblob(3000) FROM c"
-    )  # one commit of about 300 pages: the doorbell does not ring
+    _commit_300_pages(db)  # the doorbell does not ring
     wait_until(lambda: ckpt.passive.count > copied, what="a round for the burst")
     db.close()
 
@@ -401,8 +400,6 @@ def test_litestream_mode_asked_in_another_process(
 
 
 def test_litestream_found_on_the_file(db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from litegate._checkpoint import Checkpointer
-
     monkeypatch.setattr(Checkpointer, "LITESTREAM_LOOK_SECONDS", 0.0)
     db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
     db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
@@ -440,8 +437,6 @@ def test_turns_hold_off_while_a_reader_outlasts_them(
     stopped: the reader has ended, and the next turn restarts the log."""
     import sqlite3
     from contextlib import closing
-
-    from litegate._checkpoint import Checkpointer
 
     monkeypatch.setattr(Checkpointer, "HOLD_OFF", 3600.0)
     db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})

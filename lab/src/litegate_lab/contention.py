@@ -722,10 +722,10 @@ def run_cell(
         finally:
             go.fire()  # never leave the children blocked
         deadline = time.monotonic() + cfg.child_timeout * 4 + 60
-        steal_before = host_steal_ns()
+        steal_before = _host_steal_ns()
         _await_finished(finished_r, procs, deadline)
         t_collected = time.monotonic()
-        steal_after = host_steal_ns()
+        steal_after = _host_steal_ns()
         done.fire()
         for _ in procs:
             try:
@@ -806,7 +806,7 @@ def run_cell(
     return res
 
 
-def host_steal_ns() -> int | None:
+def _host_steal_ns() -> int | None:
     """CPU time the hypervisor has taken from this virtual machine's CPUs
     so far (``steal`` in /proc/stat, summed over CPUs; in clock ticks of
     10 ms, so a few ms of steal in a burst shows as 0 or 10 ms); None where
