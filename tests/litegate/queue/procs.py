@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from multiprocessing.synchronize import Event
 
-from litegate.queue import Queue
+from litegate.queue import CommitUnknown, Queue
 from tests.litegate.workers import on_threads
 
 
@@ -70,10 +70,16 @@ def produce_forever(path: str, out: str, seed: int) -> None:
     with open(out, "a") as f:
         i = 0
         while True:
-            if rnd.random() < 0.5:
-                ids = [q.put({"p": seed, "i": i})]
-            else:
-                ids = q.put_many([{"p": seed, "i": i + k} for k in range(rnd.randint(2, 20))])
+            try:
+                if rnd.random() < 0.5:
+                    ids = [q.put({"p": seed, "i": i})]
+                else:
+                    ids = q.put_many([{"p": seed, "i": i + k} for k in range(rnd.randint(2, 20))])
+            except CommitUnknown:
+                # PostgreSQL went away during the COMMIT (a restart): the put may
+                # or may not be in; it returned no id, so nothing is recorded and
+                # whatever did commit is worked off like any job. Carry on.
+                continue
             i += len(ids)
             f.write(json.dumps(ids) + "\n")
             f.flush()
@@ -91,7 +97,10 @@ def work_forever(path: str, out: str, seed: int) -> None:
                 continue
             if rnd.random() < 0.3:
                 time.sleep(0.01)
-            q.ack_many(jobs)
+            try:
+                q.ack_many(jobs)
+            except CommitUnknown:  # (as above: not recorded; an ack that did not commit
+                continue  # leaves its jobs to come back when their leases run out)
             f.write(json.dumps([j.id for j in jobs]) + "\n")
             f.flush()
 
