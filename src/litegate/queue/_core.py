@@ -272,6 +272,7 @@ class Store(Protocol):
     def create_schema(self, conn: Any, /) -> int: ...
     def insert_one(self, conn: Any, /, *, row: Any) -> int: ...
     def insert_many(self, conn: Any, /, *, rows: Sequence[Any]) -> list[int]: ...
+    def insert_batch(self, conn: Any, /, *, batch: sql.Batch) -> list[int]: ...
     def claim(
         self, conn: Any, /, *, queue: str, n: int, lease: float, token: int
     ) -> tuple[list[Any], float]: ...
@@ -363,13 +364,27 @@ class Core:
             raise ConfigError(
                 "put_many takes an iterable of payloads (a list); for one payload use put()"
             )
-        bodies = [_encode(p) for p in payloads]
-        if not bodies:
+        todo = list(payloads)
+        if not todo:
             return []
+        ids: list[int]
+        if all(isinstance(p, (dict, list)) for p in todo):
+            try:
+                bodies = _ENCODE(todo)
+            except (TypeError, ValueError, RecursionError):
+                pass  # (encoded one by one below, for the error naming the culprit)
+            else:
+                now = time.time()
+                batch = (self.name, priority, now + delay, max_attempts, now, bodies, len(todo))
+                ids = yield Tx(partial(self.store.insert_batch, batch=batch))
+                return ids
+        # Scalars among them (SQLite's json_each gives a scalar's value, not
+        # its JSON text), or one that does not encode: one body each.
+        encoded = [_encode(p) for p in todo]
         now = time.time()
         run_at, name = now + delay, self.name
-        rows = [(name, priority, run_at, b, max_attempts, None, now) for b in bodies]
-        ids: list[int] = yield Tx(partial(self.store.insert_many, rows=rows))
+        rows = [(name, priority, run_at, b, max_attempts, None, now) for b in encoded]
+        ids = yield Tx(partial(self.store.insert_many, rows=rows))
         return ids
 
     # -- claiming -----------------------------------------------------------------

@@ -13,6 +13,15 @@ Owned = tuple[int, int, float]
 lease's end is the Job's own copy (SQLite's store finds the lease by it)."""
 
 
+Batch = tuple[str, int, float, int, float, str, int]
+"""Payloads put together (``put_many``), as the stores take them: (queue,
+priority, run_at, max_attempts, created_at, bodies, count), where ``bodies``
+is the ``count`` payloads encoded as one JSON array, each payload a JSON
+object or array. One encoder call for the lot: encoding each payload alone
+cost as much as SQLite's insert of it. (A plain tuple, so that the combiner
+can ship it.)"""
+
+
 class KeyTaken(Exception):
     """Internal: a dedupe key is held by ``existing_id`` (the logic turns it
     into :class:`litegate.queue.DuplicateJob`)."""

@@ -4,6 +4,7 @@ their tokens, retries, dead letters, dedupe, inspection and bad input."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import sqlite3
 import sys
@@ -72,6 +73,45 @@ def test_claim_order_priority_then_oldest(make_queue: MakeQueue) -> None:
     assert len({j.token for j in jobs}) == 1
 
 
+def test_claims_of_n_take_exactly_the_next_n_in_order(make_queue: MakeQueue) -> None:
+    """A claim of n takes the first n waiting jobs and leaves the rest, in
+    order, for the next claim; the last claim gets what is left."""
+    q = make_queue()
+    low = q.put_many(["l1", "l2", "l3"], priority=0)
+    high = q.put_many(["h1", "h2"], priority=7)
+    taken = [[j.id for j in q.claim(n=2)] for _ in range(3)]
+    assert taken == [high, low[:2], low[2:]]
+    assert q.claim(n=2) == []
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 5, "done": 0, "dead": 0}
+
+
+def test_ack_many_across_claims_and_extended_leases(make_queue: MakeQueue) -> None:
+    """One ack_many of jobs from two claims, some of them extended (a new
+    lease end) and some not, finishes every one of them."""
+    q = make_queue()
+    ids = q.put_many(range(6))
+    first, second = q.claim(n=3), q.claim(n=3)
+    q.extend_many([first[0], second[2]], lease=120)
+    q.ack_many([*second, *first])
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 0, "done": 6, "dead": 0}
+    assert {q.get(i).state for i in ids} == {"done"}
+
+
+def test_ack_many_with_a_stale_lease_end_still_acks_every_job(make_queue: MakeQueue) -> None:
+    """Job objects whose lease end is out of date for one of them (its
+    extend was answered to another copy, as when an answer is lost): the
+    one job is found by its id and token, the other two by their key."""
+    q = make_queue()
+    ids = q.put_many(range(3))
+    jobs = q.claim(n=3)
+    stale = [copy.copy(j) for j in jobs]
+    q.extend(jobs[1], lease=120)
+    assert stale[1].lease_until != jobs[1].lease_until
+    q.ack_many(stale)
+    assert [state_of(q, i) for i in ids] == ["done", "done", "done"]
+    assert q.counts() == {"ready": 0, "scheduled": 0, "leased": 0, "done": 3, "dead": 0}
+
+
 def test_put_many_returns_ids_in_order(make_queue: MakeQueue) -> None:
     q = make_queue()
     first = q.put("a")
@@ -84,6 +124,47 @@ def test_put_many_returns_ids_in_order(make_queue: MakeQueue) -> None:
     ]
     assert q.put_many([]) == []
     assert q.put_many(iter(["x"])) == [ids[-1] + 1]
+
+
+# Objects and arrays (put_many's one-array path) and scalars among them (one
+# body each): what comes back is what went in, in order.
+ODD_PAYLOADS: list[Any] = [
+    {"a": 1},
+    [],
+    {},
+    {"é": 'ü\u2028"\\/', "n": None, "t": True, "f": False, "2": [2]},
+    [1.5, 0.1 + 0.2, 10**40, -(2**63), 5e-324],
+    {"deep": [[[{"x": [1, {"y": []}]}]]]},
+    ["x" * 5000],
+]
+
+
+def test_put_many_gives_back_every_payload_as_put(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    ids = q.put_many(ODD_PAYLOADS)
+    mixed = q.put_many(["s", 7, None, {"a": [1]}, 2.5])
+    jobs = q.claim(n=20)
+    assert [j.id for j in jobs] == ids + mixed
+    assert [j.payload for j in jobs] == [*ODD_PAYLOADS, "s", 7, None, {"a": [1]}, 2.5]
+
+
+def test_put_many_stores_the_text_put_would(db_path: str) -> None:
+    """put_many encodes its payloads as one array and lets SQLite split it:
+    each row's text must be exactly the payload's own encoding (what put()
+    stores), not a re-rendering."""
+    from litegate.queue._core import _ENCODE
+
+    q = Queue(db_path)
+    # (PostgreSQL's jsonb keeps numbers as numerics: 1e300 comes back an int.)
+    payloads = [*ODD_PAYLOADS, [1e300, -0.0, 1e-7]]
+    ids = q.put_many(payloads) + [q.put(p) for p in payloads]
+    q.close()
+    with closing(sqlite3.connect(db_path)) as conn:
+        texts = [
+            conn.execute("SELECT payload FROM litegate_queue_jobs WHERE id = ?", (i,)).fetchone()[0]
+            for i in ids
+        ]
+    assert texts == [_ENCODE(p) for p in payloads] * 2
 
 
 def test_claim_n_takes_at_most_n(make_queue: MakeQueue) -> None:
@@ -779,17 +860,21 @@ def test_every_hot_statement_uses_an_index(db_path: str) -> None:
     q.close()
     conn = sqlite3.connect(db_path)
     statements: list[tuple[str, Any]] = [
-        (_sqlite._TAKE, ("q", 10)),
-        (_sqlite._CLAIMED, ("[1,2]",)),
+        (_sqlite._NTH_READY, ("q", 9)),
+        (_sqlite._LAST_READY, ("q",)),
+        (_sqlite._LEASE_RUN, ("q", 0, 1.0, 10, 2.0, 1)),
+        (_sqlite._CLAIMED, ("q", 0, 1.0, 10)),
+        (_sqlite._TAKE_RUN, ("q", 0, 1.0, 10)),
         (_sqlite._FIRSTS, ("q",)),
-        (_sqlite._LEASE_TAKEN, ("q", 1.0, 1, "[1,2]")),
         (_sqlite._READY_FROM_JOBS, (1, 10)),
         (_sqlite._DONE_MANY, (1.0, 1, "[1,2]")),
         (_sqlite._DUE, ("q", 1.0)),
         (_sqlite._EXPIRED, ("q", 1.0)),
         (_sqlite._UNLEASE_ONE, ("q", 1.0, 1, 1)),
-        (_sqlite._UNLEASE_MANY, ("q", "[[1.0,1],[2.0,2]]", 1)),
+        (_sqlite._UNLEASE_MANY, ("q", 1.0, "[1,2]", 1)),
         (_sqlite._DONE_ONE, (1.0, 1, 1, 1)),
+        (_sqlite._DONE_NEXT, (1.0, 1, 1)),
+        (_sqlite._UNLEASE_BY_ID, ("q", 1, 1)),
         (_sqlite.SELECT_JOB, {"id": 1}),
         (_sqlite.SELECT_DEAD, {"queue": "q", "limit": 10}),
         (_sqlite.COUNTS, {"queue": "q", "now": 1.0}),
