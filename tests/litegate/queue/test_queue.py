@@ -511,9 +511,12 @@ def test_bad_put_is_a_typed_error_and_stores_nothing(
         q.put(**kwargs)
     assert isinstance(info.value, litegate.Error)
     if "key" not in kwargs:  # put_many takes no key; the rest the same way
-        with pytest.raises(error):
-            q.put_many(["fine", kwargs["payload"]] if error is PayloadError else ["fine"],
-                       **{k: v for k, v in kwargs.items() if k != "payload"})  # fmt: skip
+        rest = {k: v for k, v in kwargs.items() if k != "payload"}
+        bad = kwargs["payload"]
+        # (objects only take put_many's one-array path; with a scalar, one by one)
+        for batch in (["fine", bad], [{"fine": 1}, {"in": bad}]):
+            with pytest.raises(error, match=words):
+                q.put_many(batch if error is PayloadError else batch[:1], **rest)
     assert q.counts()["ready"] == 1
 
 
