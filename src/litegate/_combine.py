@@ -496,6 +496,12 @@ class Combiner:
             return outcomes
         raise payload
 
+    def idle(self) -> bool:
+        """Nothing waits in the line: a batch of this process's own would be
+        alone in the next turn, so it runs at home through the gate instead
+        (the same one transaction, without two hops between threads)."""
+        return not self._queue
+
     def _enqueue(self, w: Work) -> None:
         with self._lock:
             if self._stop:
@@ -808,6 +814,9 @@ class Ship:
         deadline: float | None,
         in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
     ) -> bool:
+        if self.home():
+            return False
+        combiner = self.gate.combiner
         statements: list[Statement] = []
         for r in batch:
             if r.fn is not None:
@@ -819,8 +828,7 @@ class Ship:
                 statements.append((r.sql, list(r.params) if r.many else r.params, r.many))
             else:
                 return False
-        combiner = self.gate.combiner
-        if combiner is not None:  # this process combines: its thread, through memory
+        if combiner is not None:  # others' batches wait: ours joins their turn, through memory
             try:
                 outcomes = combiner.submit_local(statements, deadline)
             except Closed:
@@ -848,6 +856,15 @@ class Ship:
             self.shipper.at_home += 1
         _settle(batch, outcomes)
         return True
+
+    def home(self) -> bool:
+        """This process combines and nobody else's batch waits in its line:
+        a write of ours would run alone in the next turn, after a hop to the
+        combiner's thread and back (two wake-ups: a one-job put cost 3.3x
+        the CPU of one without combining). It runs here, through the gate,
+        instead: the same one transaction. (A client process always ships.)"""
+        combiner = self.gate.combiner
+        return combiner is not None and combiner.idle()
 
     def close(self) -> None:
         self.shipper.close()

@@ -175,7 +175,9 @@ class Database:
             state is not None
             and timeout is None
             and not engine.closed  # (a forked child's copy has no state: the hook saw to it)
-            and state.ship is None  # (combining: every write joins the queue, in order)
+            # (a client process ships every write: it joins the queue, in order;
+            # the combiner's own process writes here while its line is empty)
+            and (state.ship is None or state.ship.home())
             and state.filegate.take_now(state.budget)
         ):
             # The lone writer: the gate was free for the taking, so no batch is
@@ -207,7 +209,12 @@ class Database:
         check_transact_fn(fn)
         engine = self._engine
         state = engine.current
-        if state is not None and timeout is None and not engine.closed and state.ship is None:
+        if (
+            state is not None
+            and timeout is None
+            and not engine.closed
+            and (state.ship is None or state.ship.home())
+        ):
             # The lone writer, as in execute(): the gate was free for the
             # taking, so no batch runs or waits; fn runs in a transaction of
             # its own, with no queue and no wake-up object.

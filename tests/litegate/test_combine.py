@@ -120,9 +120,10 @@ def test_writes_of_another_process_commit_in_the_combiners_transactions(
     assert stats["this_process_combines"] is False
     assert stats["shipped_batches"] > 0
     assert stats["settled_at_home"] == 0
-    # every batch went through the combiner's turns: ours, and its own one write
-    assert c["stats"]["served_batches"] == stats["shipped_batches"] + 1
-    assert c["stats"]["served_statements"] == 8 * 40 + 1 + 1  # (an executemany is one)
+    # every batch of ours went through the combiner's turns; its own one write,
+    # made before anyone else's batch waited in its line, ran at home
+    assert c["stats"]["served_batches"] == stats["shipped_batches"]
+    assert c["stats"]["served_statements"] == 8 * 40 + 1  # (an executemany is one)
     assert c["stats"]["turns"] <= c["stats"]["served_batches"]
 
 
@@ -207,6 +208,41 @@ def test_queue_operations_ship_by_name(path: str) -> None:
     assert info.value.existing_id == ids[-1] + 1
     assert stats["this_process_combines"] is False
     assert stats["shipped_batches"] >= 5  # (the schema, puts, the claim, the ack)
+
+
+def test_the_combiners_own_writes_run_at_home_while_its_line_is_empty(path: str) -> None:
+    """A process that combines and has nobody else's batch waiting writes
+    through the gate itself (a turn would run its batch alone, after a hop to
+    the combiner's thread and back): eight threads of writes, a queue's
+    operations and an executemany, and not one turn."""
+    from litegate.queue import Queue
+
+    db = litegate.connect(path, combine=True, timeout=30)
+    db.execute("INSERT INTO t(v) VALUES ('first')")
+    assert db.stats()["writes"]["combined"]["this_process_combines"] is True
+
+    def writer(k: int) -> None:
+        for i in range(25):
+            db.execute("INSERT INTO t(v) VALUES (?)", (f"w{k}-{i}",))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    db.executemany("INSERT INTO t(v) VALUES (?)", [("many-1",), ("many-2",)])
+    q = Queue(db, "mail")
+    q.put_many([{"n": i} for i in range(3)])
+    q.ack_many(q.claim(n=2))
+    counts = q.counts()
+    stats = db.stats()["writes"]
+    q.close()
+    db.close()
+    assert len(rows(path)) == 1 + 8 * 25 + 2
+    assert counts == {"ready": 1, "scheduled": 0, "leased": 0, "done": 2, "dead": 0}
+    combined = stats["combined"]
+    assert (combined["turns"], combined["served_batches"], combined["shipped_batches"]) == (0, 0, 0)
+    assert stats["committed"] >= 1 + 2 + 3  # (group commit may join the threads' writes)
 
 
 def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
