@@ -11,6 +11,7 @@ happen outside the database work, so the write gate is held only for SQL.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import random
@@ -23,6 +24,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from .._combine import shippable
 from .._errors import ConfigError
 from . import _model as sql  # the state numbers and KeyTaken, shared by every store
 from . import _sqlite
@@ -527,16 +529,18 @@ class Core:
         return _fail_state(state, delay)
 
     def _fail_call(self, job: Job, error: object, delay: float, now: float) -> Callable[..., Any]:
-        return partial(
-            self.store.fail,
-            jid=job.id,
-            token=job.token,
-            until=job.lease_until,
-            now=now,
-            retry_at=now + delay,
-            error=error if isinstance(error, str) else repr(error),
-            queue=self.name,
-        )
+        return partial(self.store.fail, **self._fail_args(job, error, delay, now))
+
+    def _fail_args(self, job: Job, error: object, delay: float, now: float) -> dict[str, Any]:
+        return {
+            "jid": job.id,
+            "token": job.token,
+            "until": job.lease_until,
+            "now": now,
+            "retry_at": now + delay,
+            "error": error if isinstance(error, str) else repr(error),
+            "queue": self.name,
+        }
 
     def _fail_outcome(self, job: Job, state: int | None) -> Step[int | None]:
         """The state a fail left ``job`` in; None if not ours. A try whose
@@ -571,27 +575,47 @@ class Core:
         lease = _lease(lease)
         now = time.time()
         owned = _owned(acked)
-        ack_call: Callable[..., Any] | None = None
-        if owned:
-            ack_call = partial(self.store.ack, now=now, queue=self.name, owned=owned)
-            if ack_also is not None:
-                ack_call = partial(_ack_also, ack_call, owned, ack_also)
         delays = [self.backoff(job.attempt) for job, _ in failing]
-        fail_calls = [
-            self._fail_call(job, error, delay, now)
+        fails_args = [
+            self._fail_args(job, error, delay, now)
             for (job, error), delay in zip(failing, delays, strict=True)
         ]
         token = secrets.randbits(sql.TOKEN_BITS)
-        claim_call: Callable[..., Any] | None = None
+        ack_args: dict[str, Any] | None = None
+        if owned:
+            ack_args = {"now": now, "queue": self.name, "owned": owned}
+        claim_args: dict[str, Any] | None = None
         if n:
-            claim_call = partial(self.store.claim, queue=self.name, n=n, lease=lease, token=token)
-            if also is not None:
-                claim_call = partial(_claim_also, claim_call, also)
+            claim_args = {"queue": self.name, "n": n, "lease": lease, "token": token}
+        store = getattr(self.store, "__name__", None)
+        step: Callable[..., Any]
+        if also is None and ack_also is None and store in _STORES:
+            # Plain data only: a combiner of another process can run it by name.
+            step = partial(
+                finish_then_claim,
+                store=store,
+                ack=ack_args,
+                fails=fails_args,
+                claim=claim_args,
+            )
+        else:
+            ack_call: Callable[..., Any] | None = None
+            if ack_args is not None:
+                ack_call = partial(self.store.ack, **ack_args)
+                if ack_also is not None:
+                    ack_call = partial(_ack_also, ack_call, owned, ack_also)
+            claim_call: Callable[..., Any] | None = None
+            if claim_args is not None:
+                claim_call = partial(self.store.claim, **claim_args)
+                if also is not None:
+                    claim_call = partial(_claim_also, claim_call, also)
+            fail_calls: list[Callable[..., int | None]] = [
+                partial(self.store.fail, **args) for args in fails_args
+            ]
+            step = partial(_finish_then_claim, ack_call, fail_calls, claim_call)
         finishing = acked + [job for job, _ in failing]
         try:
-            lost, states, (rows, until) = yield Tx(
-                partial(_finish_then_claim, ack_call, fail_calls, claim_call)
-            )
+            lost, states, (rows, until) = yield Tx(step)
         except BaseException:
             _unsure(acked, "ack")
             _unsure([job for job, _ in failing], "fail")
@@ -778,6 +802,32 @@ def _check_fails(fails: Iterable[tuple[Job, str]]) -> list[tuple[Job, str]]:
             )
         out.append((item[0], item[1] if isinstance(item[1], str) else repr(item[1])))
     return out
+
+
+# The stores a worker's step may name (finish_then_claim: the name travels).
+_STORES = ("litegate.queue._sqlite", "litegate.queue._postgres")
+
+
+@shippable
+def finish_then_claim(
+    conn: Any,
+    store: str,
+    ack: dict[str, Any] | None,
+    fails: list[dict[str, Any]],
+    claim: dict[str, Any] | None,
+) -> tuple[list[int], list[int | None], tuple[list[Any], float]]:
+    """A worker's step, as plain data: ``store``'s ack with ``ack``'s
+    arguments, its fail with each of ``fails``', then its claim with
+    ``claim``'s (each None or empty: not done). Registered with
+    ``shippable``, so another process's combiner runs it by name, in one of
+    its transactions, as it runs the store's own functions."""
+    if store not in _STORES:
+        raise ConfigError(f"finish_then_claim: {store!r} is not one of the queue's stores")
+    module = importlib.import_module(store)
+    lost = [] if ack is None else module.ack(conn, **ack)
+    states = [module.fail(conn, **args) for args in fails]
+    claimed = ([], 0.0) if claim is None else module.claim(conn, **claim)
+    return lost, states, claimed
 
 
 def _finish_then_claim(

@@ -50,6 +50,9 @@ def op_of(fn: Any) -> str:
         if fn.func.__name__ == "_finish_then_claim":  # a worker's step: what it settles first
             ack, fails, claim = fn.args
             return op_of(ack) if ack is not None else ("fail" if fails else op_of(claim))
+        if fn.func.__name__ == "finish_then_claim":  # the same step, as plain data
+            kw = fn.keywords
+            return "ack" if kw["ack"] else ("fail" if kw["fails"] else "claim")
         if fn.func.__name__ == "_claim_also":
             return op_of(fn.args[0])
         return str(fn.func.__name__)
