@@ -51,11 +51,11 @@ demo: $(STAMP) $(HEY) redis
 test: lint typecheck unit django-suite django-cache-suite sqlalchemy-suite
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src lab/src tests demo
-	$(VENV)/bin/ruff format --check src lab/src tests demo
+	$(VENV)/bin/ruff check src lab/src lab/probes tests demo
+	$(VENV)/bin/ruff format --check src lab/src lab/probes tests demo
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy src lab/src tests demo
+	$(VENV)/bin/mypy src lab/src lab/probes tests demo
 
 # pytest runs everything under tests/, the documentation's build and browser
 # check (tests/docs) included.

@@ -175,9 +175,9 @@ class Database:
             state is not None
             and timeout is None
             and not engine.closed  # (a forked child's copy has no state: the hook saw to it)
-            # (a client process ships every write: it joins the queue, in order;
-            # the combiner's own process writes here while its line is empty)
-            and (state.ship is None or state.ship.home())
+            # (combining: here only while shipping would gain nothing, see
+            # Ship.free_at_home; else the write joins the queue and ships)
+            and (state.ship is None or state.ship.free_at_home())
             and state.filegate.take_now(state.budget)
         ):
             # The lone writer: the gate was free for the taking, so no batch is
@@ -213,7 +213,7 @@ class Database:
             state is not None
             and timeout is None
             and not engine.closed
-            and (state.ship is None or state.ship.home())
+            and (state.ship is None or state.ship.free_at_home())
         ):
             # The lone writer, as in execute(): the gate was free for the
             # taking, so no batch runs or waits; fn runs in a transaction of

@@ -43,7 +43,7 @@ from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, STRICT, Budget, FairLock, QueueClosed, QueueTimeout, wait_turn
 from ._filelock import DUE, PASSED, CheckpointSeat, ProcessLock
 from ._guard import close_connection
-from ._lockformat import COMBINER, H_COMBINER_NONCE, H_COMBINER_PID
+from ._lockformat import BUSY, COMBINER, H_COMBINER_BUSY, H_COMBINER_NONCE, H_COMBINER_PID
 
 if TYPE_CHECKING:
     import asyncio
@@ -439,6 +439,18 @@ class FileGate:
         nonce = self.plock.word(H_COMBINER_NONCE)
         return nonce or None
 
+    def combiner_quiet_ns(self) -> int:
+        """How long the combiner (of any process) has had no batch in line
+        and no turn running, in ns (0 while it has; its own thread says so
+        in the sidecar's table)."""
+        word = self.plock.word(H_COMBINER_BUSY)
+        if word == BUSY:
+            return 0
+        return max(0, time.monotonic_ns() - word) if word else 1 << 62
+
+    def _show_combiner_busy(self, busy: bool) -> None:
+        self.plock.set_word(H_COMBINER_BUSY, BUSY if busy else time.monotonic_ns())
+
     def try_combine(self) -> bool:
         """Take the combiner role if no process holds it, and serve; True if
         this process combines (now or already)."""
@@ -452,7 +464,7 @@ class FileGate:
                 return False
             batcher = self._combining[0]
             try:
-                combiner = Combiner(batcher)
+                combiner = Combiner(batcher, self._show_combiner_busy)
             except BaseException:
                 os.close(fd)
                 raise
@@ -468,6 +480,7 @@ class FileGate:
             if combiner is not None and self.plock.word(H_COMBINER_NONCE) == combiner.nonce:
                 self.plock.set_word(H_COMBINER_NONCE, 0)
                 self.plock.set_word(H_COMBINER_PID, 0)
+                self.plock.set_word(H_COMBINER_BUSY, 0)
         if combiner is not None:
             combiner.stop()
         if fd >= 0:

@@ -33,6 +33,10 @@ H_CKPT_BELL = 76  # u32: rung every few commits: the futex word the checkpointer
 # socket, written by the holder of the COMBINER lock.
 H_COMBINER_PID = 80  # u64
 H_COMBINER_NONCE = 88  # u64
+# u64: BUSY while the combiner has batches in line or a turn running, else
+# when it last went idle (CLOCK_MONOTONIC ns; 0: never busy)
+H_COMBINER_BUSY = 96
+BUSY = 2**64 - 1
 SLOT = struct.Struct("<QQQQIIII")  # ticket, state, arrived_ns, head_ns, overtaken, k, t_us, pid
 SLOT_SIZE = SLOT.size
 TABLE_SIZE = HEADER + SLOTS * SLOT_SIZE

@@ -60,7 +60,7 @@ from typing import Any
 
 import litegate
 import litegate.aio
-from litegate import _grantlog, _lockformat
+from litegate import _combine, _grantlog, _lockformat
 from tests.litegate import ckptlog
 from tests.litegate.workers import on_threads
 
@@ -96,7 +96,11 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
     fair = POLICIES[w % len(POLICIES)]
     limit = UNFAIR_TIMEOUT if fair is False else 60.0
     # One worker in three combines its writes with the others' (one of them
-    # the combiner, SIGKILLed like any worker, wherever it is).
+    # the combiner, SIGKILLed like any worker, wherever it is); half of those
+    # ship every write (as clients), the rest only when the combiner is busy,
+    # writing at home through the gate when it is quiet (the default).
+    if w % 6 == 0:
+        _combine.ALWAYS_SHIP = True
     every = {"wal_autocheckpoint": CHECKPOINT_EVERY[w % len(CHECKPOINT_EVERY)]}
     db = litegate.connect(path, timeout=limit, fair=fair, combine=w % 3 == 0, pragmas=every)
     fd = os.open(

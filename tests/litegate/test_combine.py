@@ -17,8 +17,19 @@ from typing import Any
 import pytest
 
 import litegate
+from litegate import _combine
 
 CRASH_STEPS = ["received", "mid_batch", "committed", "answering"]
+
+
+@pytest.fixture(autouse=True)
+def always_ship(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol's tests: a client ships every write (by default a lone
+    write takes a free gate at home while the combiner is quiet; the tests
+    of that say so with ``adaptive``)."""
+    if "adaptive" not in request.keywords:
+        monkeypatch.setattr(_combine, "ALWAYS_SHIP", True)
+        monkeypatch.setenv("LITEGATE_COMBINE_QUIET_MS", "inf")  # (spawned clients)
 
 
 def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any) -> None:
@@ -202,6 +213,15 @@ def test_queue_operations_ship_by_name(path: str) -> None:
         assert [j.id for j in jobs] == ids[:3]
         q.ack_many(jobs)
         assert q.counts() == {"ready": 3, "scheduled": 0, "leased": 0, "done": 3, "dead": 0}
+        # a worker's step (ack, fail, claim in one transaction) travels too
+        before = db.stats()["writes"]["combined"]["shipped_batches"]
+        (a, b) = q.claim(n=2)
+        step = q.finish_and_claim(ack=[a], fail=[(b, "boom")], n=1)
+        assert [j.id for j in step.jobs] == [ids[-1] + 1]  # (the keyed job)
+        assert (step.lost, step.failed) == ([], {b.id: "scheduled"})
+        assert db.stats()["writes"]["combined"]["shipped_batches"] == before + 2
+        assert q.get(a.id).state == "done"
+        assert (q.get(b.id).state, q.get(b.id).last_error) == ("scheduled", "boom")
         stats = db.stats()["writes"]["combined"]
         q.close()
         db.close()
@@ -243,6 +263,41 @@ def test_the_combiners_own_writes_run_at_home_while_its_line_is_empty(path: str)
     combined = stats["combined"]
     assert (combined["turns"], combined["served_batches"], combined["shipped_batches"]) == (0, 0, 0)
     assert stats["committed"] >= 1 + 2 + 3  # (group commit may join the threads' writes)
+
+
+@pytest.mark.adaptive
+def test_a_clients_lone_writes_run_at_home_while_the_combiner_is_quiet(path: str) -> None:
+    """A client whose writes find the gate free and the combiner quiet (no
+    batch in line, no turn for a while) writes at home: a turn would run its
+    write alone, after a round trip to another process."""
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        for i in range(20):
+            db.execute("INSERT INTO t(v) VALUES (?)", (f"quiet-{i}",))
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert (stats["this_process_combines"], stats["shipped_batches"]) == (False, 0)
+    assert len(rows(path)) == 1 + 20
+
+
+@pytest.mark.adaptive
+def test_a_client_that_ships_alone_turns_in_a_row_writes_at_home(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shipped batches that each had a turn to themselves, ALONE in a row,
+    gained nothing: the client's next lone writes take the free gate at home
+    (here the combiner never counts as quiet, so only that rule sends them
+    home)."""
+    monkeypatch.setattr(_combine, "QUIET_NS", 1 << 63)
+    with combiner(path) as c:
+        db = litegate.connect(path, combine=True, timeout=30)
+        for i in range(20):
+            db.execute("INSERT INTO t(v) VALUES (?)", (f"alone-{i}",))
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert stats["shipped_batches"] == _combine.ALONE
+    assert c["stats"]["served_batches"] == _combine.ALONE
+    assert len(rows(path)) == 1 + 20
 
 
 def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
