@@ -467,6 +467,7 @@ class Combiner:
         # takes a free gate at home instead of a round trip to this thread.
         self._show_busy = show_busy
         self._shown = True  # (so the first look writes idle over a dead combiner's BUSY)
+        self._remote_ns = 0  # when another process's batch last came (CLOCK_MONOTONIC)
         self.nonce = secrets.randbits(63) or 1
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(address(self.nonce))
@@ -517,10 +518,17 @@ class Combiner:
         raise payload
 
     def idle(self) -> bool:
-        """Nothing waits in the line: a batch of this process's own would be
-        alone in the next turn, so it runs at home through the gate instead
-        (the same one transaction, without two hops between threads)."""
-        return not self._queue
+        """Nothing waits in the line, and no other process's batch came in
+        the last ``QUIET_NS``: a batch of this process's own would be alone in the
+        next turn, so it runs at home through the gate instead (the same one
+        transaction, without two hops between threads). While other
+        processes' batches keep coming, this process's join the line, in
+        arrival order: writing at home between the turns, it took most of
+        the writes (Jain's index over 4 and 8 writing processes 0.33 and
+        0.22, against 0.997 and 0.995 in line)."""
+        if self._queue:
+            return False
+        return not self._remote_ns or time.monotonic_ns() - self._remote_ns >= QUIET_NS
 
     def _enqueue(self, w: Work) -> None:
         with self._lock:
@@ -652,6 +660,7 @@ class Combiner:
         if message[0] == "run":
             _, client, seq, statements = message
             _crash_point("received")
+            self._remote_ns = time.monotonic_ns()
             with self._lock:
                 self._queue.append(
                     Work(client, seq, statements, partial(_reply, sock, seq), partial(_open, sock))
