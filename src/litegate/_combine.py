@@ -115,6 +115,15 @@ ALONE = 3
 QUIET_NS = 0 if ALWAYS_SHIP else int(_QUIET_MS * 1e6)
 
 
+# A combiner whose statements wait STALLED_S or more without running, in
+# STALLS turns in a row, resigns (its process's GIL is busy elsewhere: the
+# interpreter hands it over every 5 ms, and a turn's statements wait for it
+# each time); its process takes the role again no sooner than RESIGNED_S.
+STALLED_S = 0.02
+STALLS = 3
+RESIGNED_S = 10.0
+
+
 def _crash_point(step: str) -> None:
     if step == _CRASH:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -460,8 +469,16 @@ class Combiner:
     # (withdrawals, new batches) and tries again.
     GATE_LOOK = 0.05
 
-    def __init__(self, batcher: GroupCommit, show_busy: Callable[[bool], None]) -> None:
+    def __init__(
+        self,
+        batcher: GroupCommit,
+        show_busy: Callable[[bool], None],
+        resign: Callable[[], None],
+    ) -> None:
         self.batcher = batcher
+        self._resign = resign  # (gives the role up: another process takes it)
+        self._stalled = 0  # turns in a row whose statements waited STALLED_S without running
+        self.resigned = False
         # Tells every process whether batches wait in the line or a turn runs
         # (the sidecar's H_COMBINER_BUSY): while not, a client's lone write
         # takes a free gate at home instead of a round trip to this thread.
@@ -593,10 +610,7 @@ class Combiner:
         while works:
             try:
                 later = self.batcher.in_turn(
-                    partial(
-                        apply_all, works=works, refusal=refusal, max_time=self.batcher.max_time
-                    ),
-                    time.monotonic() + self.GATE_LOOK,
+                    partial(self._apply_timed, works=works), time.monotonic() + self.GATE_LOOK
                 )
             except _Isolate as isolated:  # it fails alone; the rest run again
                 isolated.work.answer("failed", isolated.error)
@@ -627,12 +641,35 @@ class Combiner:
             self.served += 1
             self.statements += len(w.statements)
             w.answer("done", (w.outcomes, len(served)))
+        if self._stalled >= STALLS and not self._stop:
+            # Its turns keep waiting for this process's GIL (another thread
+            # runs CPU-bound Python) with the gate held: every process's
+            # writes wait too. Another process takes the role.
+            self.resigned = True
+            self._resign()
+
+    def _apply_timed(self, conn: WriterConnection, works: list[Work]) -> list[Work]:
+        """:func:`apply_all`, and how long its statements waited without
+        running on this thread (its process's GIL held by another thread,
+        or the CPU by other processes): a turn holds the gate meanwhile."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return apply_all(conn, works, refusal, self.batcher.max_time)
+        finally:
+            stalled = (time.perf_counter() - wall) - (time.thread_time() - cpu)
+            self._stalled = self._stalled + 1 if stalled >= STALLED_S else 0
 
     def _fail_queued(self, exc: BaseException) -> None:
+        """The combiner stops: what waits in its line never ran. This
+        process's own batches get ``exc`` (``Closed``: their leaders run them
+        at home); other processes' get no answer: their sockets close with
+        the server, and each client settles its batch at home, once (the
+        record says it did not commit here)."""
         with self._lock:
             works, self._queue = list(self._queue), deque()
         for w in works:
-            w.answer("failed", exc)
+            if not w.client:
+                w.answer("failed", exc)
 
     # -- clients ---------------------------------------------------------------------
     def _accept(self) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from . import _grantlog
 from ._checkpoint import Checkpointer
-from ._combine import Combiner
+from ._combine import RESIGNED_S, Combiner
 from ._errors import NestedWriteError, OpenError
 from ._fair import BOUNDED, STRICT, Budget, FairLock, QueueClosed, QueueTimeout, wait_turn
 from ._filelock import DUE, PASSED, CheckpointSeat, ProcessLock
@@ -315,6 +315,8 @@ class FileGate:
         # descriptor holding the COMBINER role, and the server while we hold it.
         self._combine_lock = threading.Lock()  # guards the three; the server starts outside it
         self._combining: list[GroupCommit] = []
+        self._resigned_until = 0.0  # (monotonic) no combiner role before then
+        self.resignations = 0  # combiner roles given up for stalled turns
         self._role_fd = -1
         self._combiner: Combiner | None = None
 
@@ -457,14 +459,14 @@ class FileGate:
         with self._combine_lock:
             if self._combiner is not None:
                 return True
-            if not self._combining or self._closing:
+            if not self._combining or self._closing or time.monotonic() < self._resigned_until:
                 return False
             fd = self.plock.take_role(COMBINER)
             if fd < 0:
                 return False
             batcher = self._combining[0]
             try:
-                combiner = Combiner(batcher, self._show_combiner_busy)
+                combiner = Combiner(batcher, self._show_combiner_busy, self._resign_combiner)
             except BaseException:
                 os.close(fd)
                 raise
@@ -472,6 +474,14 @@ class FileGate:
             self.plock.set_word(H_COMBINER_PID, os.getpid())
             self.plock.set_word(H_COMBINER_NONCE, combiner.nonce)
         return True
+
+    def _resign_combiner(self) -> None:
+        """On the combiner's thread: give the role up (its turns stall in
+        this process); this process takes it again no sooner than
+        ``RESIGNED_S`` (its writes ship to the next combiner, or run here)."""
+        self._resigned_until = time.monotonic() + RESIGNED_S
+        self.resignations += 1
+        self._stop_combining()
 
     def _stop_combining(self) -> None:
         with self._combine_lock:
@@ -502,6 +512,7 @@ class FileGate:
             "served_batches": 0 if combiner is None else combiner.served,
             "served_statements": 0 if combiner is None else combiner.statements,
             "turns": 0 if combiner is None else combiner.turns,
+            "resigned": self.resignations,
         }
 
     # -- the file's checkpointer ------------------------------------------------

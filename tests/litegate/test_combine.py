@@ -300,6 +300,56 @@ def test_a_client_that_ships_alone_turns_in_a_row_writes_at_home(
     assert len(rows(path)) == 1 + 20
 
 
+def _hogging_combiner(path: str, ready: Any, stop: Any, out: Any) -> None:
+    """A combiner (forked: it keeps the test's thresholds) whose process
+    runs CPU-bound Python on another thread, so its turns wait for the GIL."""
+    db = litegate.connect(path, combine=True, timeout=30)
+    db.execute("INSERT INTO t(v) VALUES ('combiner')")
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(10_000):
+                x += i
+
+    threading.Thread(target=spin, daemon=True).start()
+    ready.put(db.stats()["writes"]["combined"]["this_process_combines"])
+    stop.wait(60)
+    out.put(db.stats()["writes"]["combined"])
+    db.close()
+
+
+def test_a_combiner_whose_turns_stall_resigns_and_another_process_takes_over(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combiner whose statements keep waiting for its process's GIL
+    (another thread there runs CPU-bound Python) gives the role up after
+    STALLS such turns in a row: its client settles what was in flight at
+    home, once, and takes the role; every write is there exactly once."""
+    monkeypatch.setattr(_combine, "STALLED_S", 0.002)  # (the GIL changes hands every 5 ms)
+    ctx: Any = mp.get_context("fork")
+    ready, out = ctx.Queue(), ctx.Queue()
+    stop = ctx.Event()
+    proc = ctx.Process(target=_hogging_combiner, args=(path, ready, stop, out), daemon=True)
+    proc.start()
+    try:
+        assert ready.get(timeout=60) is True
+        db = litegate.connect(path, combine=True, timeout=30)
+        for i in range(40):
+            db.execute("INSERT INTO t(v) VALUES (?)", (f"c{i}",))
+        mine = db.stats()["writes"]["combined"]
+        db.close()
+    finally:
+        stop.set()
+        theirs = out.get(timeout=60)
+        proc.join(30)
+    assert theirs["resigned"] == 1
+    assert theirs["this_process_combines"] is False
+    assert mine["shipped_batches"] >= _combine.STALLS
+    assert mine["this_process_combines"] is True  # it took the role over
+    assert sorted(v for _, v in rows(path)) == sorted(["combiner"] + [f"c{i}" for i in range(40)])
+
+
 def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
     """What travels is data: a message whose pickle would call a function
     (here, os.mkdir) is refused unopened and its connection dropped; the
