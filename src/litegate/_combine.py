@@ -478,7 +478,6 @@ class Combiner:
         self.batcher = batcher
         self._resign = resign  # (gives the role up: another process takes it)
         self._stalled = 0  # turns in a row whose statements waited STALLED_S without running
-        self.resigned = False
         # Tells every process whether batches wait in the line or a turn runs
         # (the sidecar's H_COMBINER_BUSY): while not, a client's lone write
         # takes a free gate at home instead of a round trip to this thread.
@@ -645,7 +644,6 @@ class Combiner:
             # Its turns keep waiting for this process's GIL (another thread
             # runs CPU-bound Python) with the gate held: every process's
             # writes wait too. Another process takes the role.
-            self.resigned = True
             self._resign()
 
     def _apply_timed(self, conn: WriterConnection, works: list[Work]) -> list[Work]:
@@ -898,7 +896,7 @@ class Ship:
         deadline: float | None,
         in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
     ) -> bool:
-        if self._home_anyway():
+        if self.here(lone=False):
             return False  # through the gate, here
         combiner = self.gate.combiner
         statements: list[Statement] = []
@@ -941,45 +939,31 @@ class Ship:
         _settle(batch, outcomes)
         return True
 
-    def home(self) -> bool:
-        """This process combines and nobody else's batch waits in its line:
-        a write of ours would run alone in the next turn, after a hop to the
-        combiner's thread and back (two wake-ups: a one-job put cost 3.3x
-        the CPU of one without combining). It runs here, through the gate,
-        instead: the same one transaction. (A client process always ships.)"""
+    def here(self, lone: bool) -> bool:
+        """Does a write of this process run here, through the gate, rather
+        than ship? ``lone``: a lone write that found the gate free (it then
+        runs without a queue); else a batch that found it taken.
+
+        The combiner's own process: while no other process's batch comes
+        (``Combiner.idle``): a turn would run ours alone, after a hop to the
+        combiner's thread and back (a one-job put cost 3.3x the CPU). A
+        client: a lone write while the combiner has been quiet (no batch in
+        line, no turn) for ``QUIET_NS``; either, once its last ``ALONE``
+        batches each had a turn to themselves and the combiner has no line
+        now. Shipped, such a write would run alone, after a round trip to
+        another process's thread (a one-row put 0.21 against 0.04 ms, and 37
+        ms while that process ran CPU-bound Python on another thread:
+        docs/results/queue.md, "Combined writes for the queue"). Under load
+        the combiner is busy, and every write that finds the gate taken
+        ships, to share its next turn."""
         combiner = self.gate.combiner
-        return combiner is not None and combiner.idle()
-
-    def free_at_home(self) -> bool:
-        """May a lone write of this process that finds the gate free run
-        here, without a queue, rather than ship?
-
-        The combiner's own process: while its line is empty (:meth:`home`).
-        A client: while the combiner has been quiet (no batch in line, no
-        turn) for ``QUIET_NS``: shipped, the write would run alone, after a
-        round trip to another process's thread (a one-row put 0.21 against
-        0.04 ms, and 37 ms while that process ran CPU-bound Python on another
-        thread: docs/results/queue.md, "Combined writes for the queue").
-        Writes that find the gate taken ship, to share the combiner's next
-        turn: under load the combiner is busy and every write ships."""
-        if self.gate.combiner is not None:
-            return self.home()
+        if combiner is not None:
+            return combiner.idle()
         if ALWAYS_SHIP:
             return False
         quiet = self.gate.combiner_quiet_ns()
-        return quiet >= QUIET_NS or self._gained_nothing(quiet)
-
-    def _home_anyway(self) -> bool:
-        """Does a batch run here, though it found the gate taken? The
-        combiner's own while its line is empty; a client's once shipping
-        gained it nothing (:meth:`_gained_nothing`)."""
-        if self.gate.combiner is not None:
-            return self.home()
-        return not ALWAYS_SHIP and self._gained_nothing(self.gate.combiner_quiet_ns())
-
-    def _gained_nothing(self, quiet: int) -> bool:
-        """The combiner has no line now, and this client's last ``ALONE``
-        batches each had a turn to themselves: shipping the next would too."""
+        if lone and quiet >= QUIET_NS:
+            return True
         return quiet > 0 and self.shipper.alone >= ALONE
 
     def close(self) -> None:

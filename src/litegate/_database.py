@@ -176,8 +176,8 @@ class Database:
             and timeout is None
             and not engine.closed  # (a forked child's copy has no state: the hook saw to it)
             # (combining: here only while shipping would gain nothing, see
-            # Ship.free_at_home; else the write joins the queue and ships)
-            and (state.ship is None or state.ship.free_at_home())
+            # Ship.here; else the write joins the queue and ships)
+            and (state.ship is None or state.ship.here(lone=True))
             and state.filegate.take_now(state.budget)
         ):
             # The lone writer: the gate was free for the taking, so no batch is
@@ -213,7 +213,7 @@ class Database:
             state is not None
             and timeout is None
             and not engine.closed
-            and (state.ship is None or state.ship.free_at_home())
+            and (state.ship is None or state.ship.here(lone=True))
         ):
             # The lone writer, as in execute(): the gate was free for the
             # taking, so no batch runs or waits; fn runs in a transaction of

@@ -10,7 +10,7 @@ import os
 import signal
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from typing import Any
 
@@ -83,6 +83,15 @@ def path(db_path: str) -> str:
     return db_path
 
 
+def in_threads(fn: Callable[[int], None], n: int) -> None:
+    """``fn(k)`` on ``n`` threads at once, k = 0 .. n - 1; back when all are."""
+    threads = [threading.Thread(target=fn, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+
 def rows(path: str) -> list[tuple[int, str]]:
     with closing(sqlite3.connect(path)) as conn:
         return [(int(i), str(v)) for i, v in conn.execute("SELECT id, v FROM t ORDER BY id")]
@@ -114,11 +123,7 @@ def test_writes_of_another_process_commit_in_the_combiners_transactions(
                 except sqlite3.IntegrityError as exc:
                     errors.append(exc)
 
-        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        in_threads(writer, 8)
         db.executemany("INSERT INTO t(v) VALUES (?)", [("many-1",), ("many-2",)])
         stats = db.stats()["writes"]["combined"]
         db.close()
@@ -245,11 +250,7 @@ def test_the_combiners_own_writes_run_at_home_while_its_line_is_empty(path: str)
         for i in range(25):
             db.execute("INSERT INTO t(v) VALUES (?)", (f"w{k}-{i}",))
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(writer, 8)
     db.executemany("INSERT INTO t(v) VALUES (?)", [("many-1",), ("many-2",)])
     q = Queue(db, "mail")
     q.put_many([{"n": i} for i in range(3)])

@@ -824,10 +824,12 @@ def finish_then_claim(
     if store not in _STORES:
         raise ConfigError(f"finish_then_claim: {store!r} is not one of the queue's stores")
     module = importlib.import_module(store)
-    lost = [] if ack is None else module.ack(conn, **ack)
-    states = [module.fail(conn, **args) for args in fails]
-    claimed = ([], 0.0) if claim is None else module.claim(conn, **claim)
-    return lost, states, claimed
+    return _finish_then_claim(
+        None if ack is None else partial(module.ack, **ack),
+        [partial(module.fail, **args) for args in fails],
+        None if claim is None else partial(module.claim, **claim),
+        conn,
+    )
 
 
 def _finish_then_claim(
