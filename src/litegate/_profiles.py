@@ -192,7 +192,12 @@ PRAGMA_RULES: dict[str, _Rule] = {
     "temp_store_directory": _refuse(
         "it is deprecated and process-wide; set the SQLITE_TMPDIR environment variable instead"
     ),
-    "hard_heap_limit": _int_rule(0, compare=False),  # process-wide, capped by SQLite
+    "hard_heap_limit": _refuse(
+        "it is process-wide, and once SQLite's memory (every connection's page cache in this "
+        "process, litegate's pool included) reaches it, every statement on every connection "
+        "fails with MemoryError. Set soft_heap_limit, which SQLite meets by shrinking its "
+        "caches, or a smaller cache_size"
+    ),
     "soft_heap_limit": _int_rule(0, compare=False),
     "default_cache_size": _int_rule(-(2**31), 2**31 - 1, compare=False),  # deprecated
     "synchronous": _enum_rule("OFF", "NORMAL", "FULL", "EXTRA"),
@@ -231,7 +236,14 @@ PRAGMA_RULES: dict[str, _Rule] = {
 # PRAGMAs that, changed on the write connection, break what litegate
 # guarantees: refused on db.execute() and on the writer's connection.
 GUARDED = frozenset(
-    {"journal_mode", "locking_mode", "query_only", "writable_schema", "schema_version"}
+    {
+        "journal_mode",
+        "locking_mode",
+        "query_only",
+        "writable_schema",
+        "schema_version",
+        "hard_heap_limit",
+    }
 )
 
 

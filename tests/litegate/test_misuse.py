@@ -152,6 +152,7 @@ def test_transact_with_async_fn_on_the_asyncio_face(db_path: str) -> None:
         ({"cache_size": 1.5}, "whole number"),
         ([("synchronous", "FULL")], "must be a mapping"),
         ({"no_such_pragma": 1}, "does not know PRAGMA"),
+        ({"hard_heap_limit": 1 << 30}, "process-wide.*soft_heap_limit"),
     ],
 )
 def test_pragma_values_are_checked(db_path: str, pragmas: Any, match: str) -> None:
@@ -198,6 +199,7 @@ def test_page_size_of_a_new_file_is_taken_and_of_a_wal_file_refused(db_path: str
         "PRAGMA locking_mode=EXCLUSIVE",
         "PRAGMA query_only=1",
         "PRAGMA writable_schema=ON",
+        "PRAGMA hard_heap_limit = 403",
     ],
 )
 def test_pragmas_that_break_litegate_are_refused_at_runtime(
@@ -218,6 +220,23 @@ def test_pragmas_that_break_litegate_are_refused_at_runtime(
     assert values(tdb) == ["during a read"]
 
 
+def test_a_hard_heap_limit_is_refused_everywhere_and_the_process_keeps_none(
+    tdb: litegate.Database,
+) -> None:
+    # The defect: PRAGMA hard_heap_limit = 403 through db.execute() (drawn by
+    # the misuse search) set SQLite's process-wide limit, and from then on
+    # every statement of every connection in the process, litegate's own
+    # checkpointer included, failed with an untyped MemoryError.
+    for run in (tdb.execute, tdb.query):
+        with pytest.raises(litegate.Error, match="hard_heap_limit"):
+            run("PRAGMA hard_heap_limit = 403")
+    with contextlib.closing(sqlite3.connect(":memory:")) as other:
+        assert other.execute("PRAGMA hard_heap_limit").fetchone() == (0,)
+    assert tdb.query("PRAGMA hard_heap_limit") == [(0,)]  # reading it is fine
+    tdb.execute("INSERT INTO t(v) VALUES ('after')")
+    assert values(tdb) == ["after"]
+
+
 def test_stats_reads_pragmas_back_after_a_runtime_change(tdb: litegate.Database) -> None:
     assert tdb.stats()["pragmas"]["writer"]["cache_size"] == -20000
     tdb.execute("PRAGMA cache_size = -1234")
@@ -235,7 +254,13 @@ def test_stats_reads_pragmas_back_after_a_runtime_change(tdb: litegate.Database)
 
 
 @pytest.mark.parametrize(
-    "sql", ["PRAGMA journal_mode=delete", "PRAGMA cache_size=5", "PRAGMA user_version=3"]
+    "sql",
+    [
+        "PRAGMA journal_mode=delete",
+        "PRAGMA cache_size=5",
+        "PRAGMA user_version=3",
+        "PRAGMA hard_heap_limit=403",
+    ],
 )
 def test_setting_pragmas_through_reads_is_read_only_error(tdb: litegate.Database, sql: str) -> None:
     with pytest.raises(litegate.ReadOnlyError, match="read connection"):

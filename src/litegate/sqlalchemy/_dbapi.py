@@ -97,8 +97,9 @@ class _Guard:
     """A file connection's authorizer (SQLite asks it while preparing each
     statement): it refuses the PRAGMAs litegate's write connection refuses
     (``_profiles.GUARDED``: a journal mode other than WAL, EXCLUSIVE
-    locking, ``query_only``, ``writable_schema``, ``schema_version``),
-    which break every other connection to the file or corrupt it. ``own``:
+    locking, ``query_only``, ``writable_schema``, ``schema_version``,
+    ``hard_heap_limit``), which break every other connection to the file
+    or the process, or corrupt the file. ``own``:
     litegate's own statements run (they carry ``-- litegate``, so that the
     statement cache never hands their authorization to a user's)."""
 

@@ -37,7 +37,8 @@ class StatementRefused(exc.OperationalError, _errors.ConfigError):
     """A statement sqlite+litegate does not run, refused before anything
     changed: a PRAGMA that would break every other connection to the file
     (``journal_mode`` other than WAL, ``locking_mode=EXCLUSIVE``,
-    ``query_only``, ``writable_schema``, ``schema_version``), as
+    ``query_only``, ``writable_schema``, ``schema_version``,
+    ``hard_heap_limit``), as
     :func:`litegate.connect` refuses it; a ``VACUUM`` inside a transaction.
     SQLAlchemy's ``OperationalError`` and :class:`litegate.ConfigError`;
     ``orig`` is the :class:`litegate.ConfigError` saying what to do
