@@ -464,6 +464,53 @@ def test_turns_hold_off_while_a_reader_outlasts_them(
     db.close()
 
 
+def _write_until(db: litegate.Database, done: Any, what: str) -> None:
+    for i in range(200_000):
+        if done():
+            return
+        db.execute("INSERT INTO t(v) VALUES (?)", (i,))
+    raise AssertionError(f"200,000 writes and still not {what}")
+
+
+def test_the_turns_threshold_rises_while_readers_make_them_wait(db_path: str) -> None:
+    """A gated turn that waits for a reader on the old log (here: gives up)
+    doubles the log length that starts the next one, up to restart_frames
+    (4 x wal_autocheckpoint); a quick one halves it, down to
+    wal_autocheckpoint."""
+    import sqlite3
+    from contextlib import closing
+
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    assert (ckpt.restart_at, ckpt.restart_frames) == (10, 40)
+    seen = []
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM t").fetchone()  # an old snapshot, held
+        for turns in (1, 2, 3):
+            _write_until(db, lambda n=turns: ckpt.restart.count >= n, f"{turns} turns")
+            seen.append(ckpt.restart_at)
+        reader.execute("COMMIT")
+    assert ckpt.restart_skipped == 3  # each gave up
+    assert seen == [20, 40, 40]
+    # Rounds also come once a second without writes: a turn may have run
+    # since (before the COMMIT, waiting; or after it, quick). Read where the
+    # threshold is now between rounds (a round holds ckpt.calls).
+    with ckpt.calls:
+        turns, start = ckpt.restart.count, ckpt.restart_at
+    assert start in (10, 20, 40)
+    for quick in (1, 2, 3):
+        _write_until(db, lambda n=turns + quick: ckpt.restart.count >= n, "a quick turn")
+        assert ckpt.last is not None
+        assert ckpt.last[0] == 0
+        seen.append(ckpt.restart_at)
+    assert seen[3:] == [max(start >> k, 10) for k in (1, 2, 3)]
+    assert db.stats()["checkpoints"]["restart_at"] == 10
+    db.close()
+
+
 def test_maintenance_waits_for_another_process_checkpoint(db_path: str) -> None:
     """litegate's checkpoints run one at a time: db.checkpoint() waits for
     one running elsewhere (here: the lock held through a second open of the
