@@ -511,6 +511,41 @@ def test_the_turns_threshold_rises_while_readers_make_them_wait(db_path: str) ->
     db.close()
 
 
+def test_a_checkpointer_that_met_a_locked_file_looks_again_soon(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defect: a new file's first writer holds it locked while it turns
+    WAL on; a checkpointer whose first open met that waited IDLE_WAKE_SECONDS
+    (1 s) before it tried again, and the log grew unchecked meanwhile (to
+    26-37 MB in the bounded-WAL scenario above, 1 run in about 16). A busy
+    open now looks again as soon as a standby would (seat.LOOK_SECONDS)."""
+    import sqlite3
+
+    from litegate._gate import FileGate
+
+    monkeypatch.setattr(Checkpointer, "IDLE_WAKE_SECONDS", 3600.0)  # (an hour: never, here)
+    opened = FileGate._open_checkpoint_conn
+    failures = [1]
+
+    def locked_once(gate: FileGate) -> sqlite3.Connection:
+        if failures[0]:
+            failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return opened(gate)
+
+    monkeypatch.setattr(FileGate, "_open_checkpoint_conn", locked_once)
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    wait_until(lambda: ckpt.errors == 1 and ckpt.seat.seated and ckpt.conn is not None,
+               timeout=10.0, what="the checkpointer seated after the busy open")  # fmt: skip
+    db.execute("CREATE TABLE t(v)")
+    for i in range(100):
+        db.execute("INSERT INTO t VALUES (?)", (i,))
+    wait_until(lambda: ckpt.passive.count >= 1, timeout=10.0, what="a checkpoint")
+    db.close()
+
+
 def test_maintenance_waits_for_another_process_checkpoint(db_path: str) -> None:
     """litegate's checkpoints run one at a time: db.checkpoint() waits for
     one running elsewhere (here: the lock held through a second open of the
