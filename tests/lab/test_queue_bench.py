@@ -174,6 +174,7 @@ def test_litegate_sees_no_errors(result: dict[str, Any]) -> None:
     names = [t["target"] for t in result["targets"]]
     assert any(n.startswith("litegate: 0 errors") for n in names)
     assert any(n.startswith("e2e batched") for n in names)
+    assert "e2e batched (balanced): litegate peak WAL <= 2 x bare batched's" in names
     shares = [t for t in result["targets"] if "worker shares within 1.5x" in t["target"]]
     assert [t["target"].split(":")[0] for t in shares] == [
         "e2e batched (balanced)",

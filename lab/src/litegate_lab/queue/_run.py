@@ -587,6 +587,7 @@ SHARE_OF_MEAN = 1.5  # issue 18: every worker's share within 1.5 x of the mean .
 JAIN_MIN = 0.95  # ... and Jain's index over the worker processes >= 0.95
 CLAIM_P95_MS = 2.0
 FRAMES_PER_OP = 3.0  # WAL frames (pages written) per single-job put, claim and ack
+WAL_RATIO = 2.0  # issue 32: peak WAL in e2e batched <= 2 x the bare queue's
 MIB = 1024 * 1024
 JUDGED = ("litegate", "litegate-worker")
 """The sides the end-to-end and clean-run targets are reported for: the
@@ -731,6 +732,20 @@ def e2e_targets(summary: Sequence[dict[str, Any]], prof: str, side: str) -> list
                 "limit": BATCHED_RATIO,
                 "met": lg / bare >= BATCHED_RATIO,
                 "detail": f"{lg:,.0f} vs {bare:,.0f} jobs/s = {lg / bare:.2f}x",
+            }
+        )
+    peak = median_of(find(summary, "e2e", prof, "batched", side), "wal_peak_bytes")
+    bare_peak = median_of(find(summary, "e2e", prof, "batched", "bare"), "wal_peak_bytes")
+    if peak is not None and bare_peak:
+        ratio = peak / bare_peak
+        out.append(
+            {
+                "target": f"e2e batched ({prof}): {side} peak WAL <= {WAL_RATIO:g} x "
+                "bare batched's",
+                "value": ratio,
+                "limit": WAL_RATIO,
+                "met": ratio <= WAL_RATIO,
+                "detail": f"{peak / MIB:.1f} vs {bare_peak / MIB:.1f} MiB = {ratio:.2f}x",
             }
         )
     lg1 = median_of(find(summary, "e2e", prof, "one-job", side), "throughput")
