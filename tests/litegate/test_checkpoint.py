@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -386,17 +388,35 @@ def test_litestream_mode_asked_in_another_process(
     holders = _Holders(db_path, 1, checkpoints="litestream")
     try:
         turns = ckpt.restart.count
-        for i in range(2000):
-            db.execute("INSERT INTO t(v) VALUES (?)", (i,))
-        rounds = ckpt.passive
-        wait_until(lambda: rounds.count + ckpt.idle_rounds + ckpt.gated_passive >= 5, what="rounds")
-        s = db.stats()["checkpoints"]
+        with _snapshot_held(db_path):
+            for i in range(2000):
+                db.execute("INSERT INTO t(v) VALUES (?)", (i,))
+            rounds = ckpt.passive
+            wait_until(lambda: rounds.count + ckpt.idle_rounds + ckpt.gated_passive >= 5,
+                       what="rounds")  # fmt: skip
+            s = db.stats()["checkpoints"]
         assert s["litestream"] is True
         assert ckpt.restart.count == turns
         assert s["last"]["log"] > 4 * 10  # it grew past where a turn would restart it
     finally:
         holders.stop()
     db.close()
+
+
+@contextlib.contextmanager
+def _snapshot_held(path: str) -> Iterator[None]:
+    """A read transaction held open, as Litestream holds one: the log cannot
+    restart on its own (a writer restarts it once a PASSIVE copied it all
+    and no reader uses it), so it grows past where a turn would restart it,
+    and only a turn could (a test that the turns stopped, not that the
+    writes were slow enough for PASSIVE rounds to catch up)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        yield
+        reader.execute("COMMIT")
 
 
 def test_litestream_found_on_the_file(db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -413,12 +433,14 @@ def test_litestream_found_on_the_file(db_path: str, monkeypatch: pytest.MonkeyPa
     wait_until(lambda: db.stats()["checkpoints"]["litestream"], what="Litestream found")
     turns = ckpt.restart.count
     rounds = ckpt.passive.count + ckpt.idle_rounds
-    for i in range(500):
-        db.execute("INSERT INTO t(v) VALUES (?)", (i,))
-    wait_until(lambda: ckpt.passive.count + ckpt.idle_rounds >= rounds + 3, what="rounds")
+    with _snapshot_held(db_path):
+        for i in range(500):
+            db.execute("INSERT INTO t(v) VALUES (?)", (i,))
+        wait_until(lambda: ckpt.passive.count + ckpt.idle_rounds >= rounds + 3, what="rounds")
+        last = ckpt.last
     assert ckpt.restart.count == turns
-    assert ckpt.last is not None
-    assert ckpt.last[1] > 4 * 10  # it grew past where a turn would restart it
+    assert last is not None
+    assert last[1] > 4 * 10  # it grew past where a turn would restart it
     db.close()
 
 
