@@ -449,43 +449,6 @@ def test_a_bad_checkpoints_option_is_a_config_error(db_path: str) -> None:
         litegate.connect(db_path, checkpoints="sometimes")
 
 
-def test_turns_hold_off_while_a_reader_outlasts_them(
-    db_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A reader that never ends (a report, Litestream's) stops every RESTART.
-    The turns give up with a patience that doubles (5, 10, 20, 40, 80 ms,
-    then the cap, 100 ms); after two give up at the cap, no more turns
-    (no more stops of every writer) until a round copies past where it
-    stopped: the reader has ended, and the next turn restarts the log."""
-    import sqlite3
-    from contextlib import closing
-
-    monkeypatch.setattr(Checkpointer, "HOLD_OFF", 3600.0)
-    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
-    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
-    ckpt = db._process_state().checkpointer
-    assert ckpt is not None
-    with closing(sqlite3.connect(db_path, isolation_level=None)) as reader:
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM t").fetchone()  # an old snapshot, held
-        i = 0
-        while ckpt.restart_pinned < 3:
-            db.execute("INSERT INTO t(v) VALUES (?)", (i,))
-            i += 1
-            assert i < 200_000, "the turns were not held off"
-        assert ckpt.restart.count == 7  # 5, 10, 20, 40, 80, 100 and 100 ms, then none
-        assert ckpt.restart_skipped == 7
-        reader.execute("COMMIT")
-    skipped = ckpt.restart_skipped
-    while ckpt.restart.count == 7:
-        db.execute("INSERT INTO t(v) VALUES (?)", (i,))
-        i += 1
-        assert i < 400_000, "no turn after the reader ended"
-    wait_until(lambda: ckpt.last is not None and ckpt.last[0] == 0, what="a RESTART")
-    assert ckpt.restart_skipped == skipped
-    db.close()
-
-
 def _write_until(db: litegate.Database, done: Any, what: str) -> None:
     for i in range(200_000):
         if done():
@@ -494,27 +457,45 @@ def _write_until(db: litegate.Database, done: Any, what: str) -> None:
     raise AssertionError(f"200,000 writes and still not {what}")
 
 
+def test_turns_hold_off_while_a_reader_outlasts_them(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that never ends (a report, Litestream's) stops every RESTART.
+    The turns give up with a patience that doubles (5, 10, 20, 40, 80 ms,
+    then the cap, 100 ms); after two give up at the cap, no more turns
+    (no more stops of every writer) until a round copies past where it
+    stopped: the reader has ended, and the next turn restarts the log."""
+    monkeypatch.setattr(Checkpointer, "HOLD_OFF", 3600.0)
+    db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    ckpt = db._process_state().checkpointer
+    assert ckpt is not None
+    with _snapshot_held(db_path):
+        _write_until(db, lambda: ckpt.restart_pinned >= 3, "held off")
+        assert ckpt.restart.count == 7  # 5, 10, 20, 40, 80, 100 and 100 ms, then none
+        assert ckpt.restart_skipped == 7
+    skipped = ckpt.restart_skipped
+    _write_until(db, lambda: ckpt.restart.count > 7, "a turn after the reader ended")
+    wait_until(lambda: ckpt.last is not None and ckpt.last[0] == 0, what="a RESTART")
+    assert ckpt.restart_skipped == skipped
+    db.close()
+
+
 def test_the_turns_threshold_rises_while_readers_make_them_wait(db_path: str) -> None:
     """A gated turn that waits for a reader on the old log (here: gives up)
     doubles the log length that starts the next one, up to restart_frames
     (4 x wal_autocheckpoint); a quick one halves it, down to
     wal_autocheckpoint."""
-    import sqlite3
-    from contextlib import closing
-
     db = litegate.connect(db_path, pragmas={"wal_autocheckpoint": 10})
     db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
     ckpt = db._process_state().checkpointer
     assert ckpt is not None
     assert (ckpt.restart_at, ckpt.restart_frames) == (10, 40)
     seen = []
-    with closing(sqlite3.connect(db_path, isolation_level=None)) as reader:
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM t").fetchone()  # an old snapshot, held
+    with _snapshot_held(db_path):
         for turns in (1, 2, 3):
             _write_until(db, lambda n=turns: ckpt.restart.count >= n, f"{turns} turns")
             seen.append(ckpt.restart_at)
-        reader.execute("COMMIT")
     assert ckpt.restart_skipped == 3  # each gave up
     assert seen == [20, 40, 40]
     # Rounds also come once a second without writes: a turn may have run

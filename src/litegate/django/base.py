@@ -233,9 +233,8 @@ _QUERY_ONLY_ADVICE = (
 
 class PragmaGuard:
     """The SQLite authorizer of a litegate.django connection: it refuses the
-    PRAGMAs that litegate's core refuses on its writer (``journal_mode``
-    other than WAL, ``locking_mode=EXCLUSIVE``, ``query_only``,
-    ``writable_schema``, ``schema_version``, ``hard_heap_limit``), which
+    PRAGMAs that litegate's core refuses on its writer
+    (``litegate._profiles.GUARDED``, listed in docs/errors.md), which
     would break the other connections and processes sharing the file, or
     every connection of this process. SQLite asks it when a
     statement is prepared, so a refused statement never runs; the reason

@@ -96,10 +96,8 @@ _OK, _DENY, _PRAGMA_ACTION = sqlite3.SQLITE_OK, sqlite3.SQLITE_DENY, sqlite3.SQL
 class _Guard:
     """A file connection's authorizer (SQLite asks it while preparing each
     statement): it refuses the PRAGMAs litegate's write connection refuses
-    (``_profiles.GUARDED``: a journal mode other than WAL, EXCLUSIVE
-    locking, ``query_only``, ``writable_schema``, ``schema_version``,
-    ``hard_heap_limit``), which break every other connection to the file
-    or the process, or corrupt the file. ``own``:
+    (``_profiles.GUARDED``, listed in docs/errors.md), which break every
+    other connection to the file or the process, or corrupt the file. ``own``:
     litegate's own statements run (they carry ``-- litegate``, so that the
     statement cache never hands their authorization to a user's)."""
 

@@ -36,10 +36,8 @@ class OpenError(exc.OperationalError, _errors.OpenError):
 class StatementRefused(exc.OperationalError, _errors.ConfigError):
     """A statement sqlite+litegate does not run, refused before anything
     changed: a PRAGMA that would break every other connection to the file
-    (``journal_mode`` other than WAL, ``locking_mode=EXCLUSIVE``,
-    ``query_only``, ``writable_schema``, ``schema_version``,
-    ``hard_heap_limit``), as
-    :func:`litegate.connect` refuses it; a ``VACUUM`` inside a transaction.
+    or the process (``litegate._profiles.GUARDED``, listed in
+    docs/errors.md), as :func:`litegate.connect` refuses it; a ``VACUUM`` inside a transaction.
     SQLAlchemy's ``OperationalError`` and :class:`litegate.ConfigError`;
     ``orig`` is the :class:`litegate.ConfigError` saying what to do
     instead."""
