@@ -16,6 +16,10 @@ own way of doing each thing:
   claimers wake when it commits (``_pgdb.PgWaker``) instead of polling.
 - Payloads are ``jsonb`` (queryable by the application); times are
   ``timestamptz``; reads turn them into epoch seconds, as SQLite stores them.
+- Finished jobs leave the hot table (schema 3): ``litegate_jobs`` holds the
+  jobs that can still run and the dead ones, and an ack moves its job to
+  ``litegate_done_jobs`` in the same statement, where ``get`` still finds it
+  and ``purge`` deletes it.
 
 Functions run on a connection ``PgDatabase.transact`` gives them: in
 autocommit for the one-statement writes (``ONE_STATEMENT``), else inside a
@@ -70,9 +74,10 @@ __all__ = [
     "retry_dead",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLE = "litegate_jobs"
+DONE_TABLE = "litegate_done_jobs"
 COUNTS_TABLE = "litegate_queue_counts"
 CHANNEL = "litegate_jobs"
 
@@ -200,9 +205,11 @@ END
 $fn$
 """
 
-# Roles that could read the jobs may read their counts (an owner who
-# granted SELECT on the jobs before this table existed).
-_GRANT_COUNTS = f"""
+
+def _grant_like_jobs(table: str) -> str:
+    """Roles that could read the jobs may read ``table`` (an owner who
+    granted SELECT on the jobs before this table existed)."""
+    return f"""
 DO $grant$
 DECLARE
     r record;
@@ -211,14 +218,17 @@ BEGIN
               WHERE table_name = '{TABLE}' AND privilege_type = 'SELECT'
                 AND grantee <> current_user LOOP
         IF r.grantee = 'PUBLIC' THEN
-            EXECUTE 'GRANT SELECT ON {COUNTS_TABLE} TO PUBLIC';
+            EXECUTE 'GRANT SELECT ON {table} TO PUBLIC';
         ELSE
-            EXECUTE format('GRANT SELECT ON {COUNTS_TABLE} TO %I', r.grantee);
+            EXECUTE format('GRANT SELECT ON {table} TO %I', r.grantee);
         END IF;
     END LOOP;
 END
 $grant$
 """
+
+
+_GRANT_COUNTS = _grant_like_jobs(COUNTS_TABLE)
 
 MIGRATIONS[2] = [
     f"""
@@ -249,6 +259,62 @@ MIGRATIONS[2] = [
     SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3
     """,
     _GRANT_COUNTS,
+]
+
+# The columns a job row has in both tables, in this order.
+_ROW = (
+    "id, queue, state, priority, run_at, payload, attempts, max_attempts, lease_until, token, "
+    "key, last_error, created_at, done_at"
+)
+
+# Version 3: finished jobs leave the hot table. An ack moves the job's row to
+# litegate_done_jobs (one statement: DELETE ... RETURNING feeding an INSERT),
+# as solid_queue's and pgqueuer's finished jobs leave the tables that claims
+# and sweeps work on: litegate_jobs holds only jobs that can still run (ready,
+# scheduled, leased) and the dead ones (few; retry_dead revives them in
+# place), so its heap, its indexes and what autovacuum scans stay the size of
+# the work in flight however many jobs are done. Done jobs stay readable by
+# id (get) until purge deletes them from their own table, oldest first
+# through (queue, done_at). The done table has a state column (always 2) so
+# that the counting trigger of version 2 counts its rows unchanged: a move
+# is -1 leased in one table and +1 done in the other, in one transaction.
+# No fillfactor: its rows are written once and never updated.
+MIGRATIONS[3] = [
+    f"""
+    CREATE TABLE {DONE_TABLE} (
+        id           bigint      PRIMARY KEY,
+        queue        text        NOT NULL,
+        state        smallint    NOT NULL DEFAULT 2 CHECK (state = 2),
+        priority     bigint      NOT NULL,
+        run_at       timestamptz NOT NULL,
+        payload      jsonb       NOT NULL,
+        attempts     integer     NOT NULL,
+        max_attempts bigint      NOT NULL,
+        lease_until  timestamptz,
+        token        bigint,
+        key          text,
+        last_error   text,
+        created_at   timestamptz NOT NULL,
+        done_at      timestamptz NOT NULL
+    )
+    """,
+    f"CREATE INDEX {DONE_TABLE}_done ON {DONE_TABLE} (queue, done_at)",
+    *(
+        f"CREATE TRIGGER {DONE_TABLE}_count_{op.lower()} AFTER {op} ON {DONE_TABLE} "
+        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
+        for op, tables in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+        )
+    ),
+    # The jobs already done move too (counted out of one table, into the other).
+    f"""
+    WITH moved AS (DELETE FROM {TABLE} WHERE state = 2 RETURNING {_ROW})
+    INSERT INTO {DONE_TABLE} ({_ROW}) SELECT {_ROW} FROM moved
+    """,
+    f"DROP INDEX {TABLE}_done",
+    _grant_like_jobs(DONE_TABLE),
 ]
 
 # One lock number for "creating or migrating the queue's schema" (any
@@ -297,11 +363,13 @@ def recount(conn: Any) -> None:
     """Count every job again (all queues), after SQL that changed the jobs
     by hand with the triggers disabled: writers wait meanwhile (the lock),
     so no change is counted twice or missed."""
-    conn.execute(f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE")
+    conn.execute(f"LOCK TABLE {TABLE}, {DONE_TABLE} IN SHARE ROW EXCLUSIVE MODE")
     conn.execute(f"DELETE FROM {COUNTS_TABLE}")
     conn.execute(
         f"INSERT INTO {COUNTS_TABLE} (queue, state, bucket, slot, n) "
-        f"SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3"
+        f"SELECT queue, state, {_BUCKET}, 0, count(*) FROM ("
+        f"SELECT queue, state, run_at FROM {TABLE} "
+        f"UNION ALL SELECT queue, state, run_at FROM {DONE_TABLE}) AS jobs GROUP BY 1, 2, 3"
     )
 
 
@@ -530,16 +598,31 @@ def _claim(conn: Any, queue: str, lease: float, tokens: list[int]) -> tuple[list
     return rows, until
 
 
-_ACK_ONE = (
-    f"UPDATE {TABLE} SET state = 2, done_at = now(), lease_until = NULL "
-    "WHERE id = %s AND token = %s AND state <> 2 RETURNING id"
-)
+# An ack moves the job to the done table (schema 3), one statement. Only the
+# token decides: a job swept back to ready after its lease ran out, and not
+# claimed since, still carries its holder's token and may be acked; a job
+# claimed again, failed, released or buried carries another.
+_MOVE_DONE = f"""
+INSERT INTO {DONE_TABLE} ({_ROW})
+SELECT id, queue, 2, priority, run_at, payload, attempts, max_attempts, NULL, token, key,
+       last_error, created_at, now()
+  FROM gone
+RETURNING id
+"""
+
+_ACK_ONE = f"""
+WITH gone AS (DELETE FROM {TABLE} WHERE id = %s AND token = %s RETURNING *)
+{_MOVE_DONE}
+"""
 
 _ACK = f"""
-UPDATE {TABLE} AS j SET state = 2, done_at = now(), lease_until = NULL
-  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
- WHERE j.id = o.id AND j.token = o.token AND j.state <> 2
-RETURNING j.id
+WITH gone AS (
+    DELETE FROM {TABLE} AS j
+     USING unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+     WHERE j.id = o.id AND j.token = o.token
+    RETURNING j.*
+)
+{_MOVE_DONE}
 """
 
 
@@ -773,6 +856,15 @@ def retry_dead(
                 (list(ids), queue),
             ).fetchall()
         }
+        wanted = [jid for jid in ids if jid not in states]
+        if wanted:  # (done jobs are in their own table)
+            states.update(
+                (r[0], DONE)
+                for r in conn.execute(
+                    f"SELECT id FROM {DONE_TABLE} WHERE id = ANY(%s) AND queue = %s",
+                    (wanted, queue),
+                ).fetchall()
+            )
         refused = [(jid, states.get(jid)) for jid in ids if states.get(jid) != DEAD]
         if refused:
             return 0, refused
@@ -784,13 +876,18 @@ def retry_dead(
     return n, []
 
 
-_PURGE = f"""
-DELETE FROM {TABLE} WHERE id IN (
-    SELECT id FROM {TABLE}
+# Done jobs from their own table, dead ones from the hot table, each through
+# its (queue, done_at) index.
+_PURGE = {
+    table: f"""
+DELETE FROM {table} WHERE id IN (
+    SELECT id FROM {table}
      WHERE queue = %s AND state = %s AND done_at < to_timestamp(%s)
      ORDER BY done_at LIMIT %s)
 RETURNING id
 """
+    for table in (TABLE, DONE_TABLE)
+}
 
 
 def purge(
@@ -801,7 +898,8 @@ def purge(
     the state's index. Returns (deleted, None when there is no more to do,
     else ``after`` unchanged: the next call starts again from the oldest).
     Identity ids are never handed out twice, so nothing has to be kept back."""
-    n = len(conn.execute(_PURGE, (queue, state, before, limit)).fetchall())
+    sql = _PURGE[DONE_TABLE if state == DONE else TABLE]
+    n = len(conn.execute(sql, (queue, state, before, limit)).fetchall())
     return n, (after if n == limit else None)
 
 
@@ -814,9 +912,17 @@ _COLUMNS = (
     # from "scheduled"
     f"{_epoch('now()')}"
 )
-SELECT_JOB = f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %(id)s"
+# One statement over both tables: one snapshot, in which an ack's move has
+# happened wholly or not at all.
+SELECT_JOB = (
+    f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %(id)s "
+    f"UNION ALL SELECT {_COLUMNS} FROM {DONE_TABLE} WHERE id = %(id)s"
+)
 # Where the jobs of a call now are, by whom (see _sqlite.SELECT_FINISHED).
-SELECT_FINISHED = f"SELECT id, state, token FROM {TABLE} WHERE id = ANY(%(ids)s)"
+SELECT_FINISHED = (
+    f"SELECT id, state, token FROM {TABLE} WHERE id = ANY(%(ids)s) "
+    f"UNION ALL SELECT id, state, token FROM {DONE_TABLE} WHERE id = ANY(%(ids)s)"
+)
 SELECT_DEAD = (
     f"SELECT {_COLUMNS} FROM {TABLE} WHERE queue = %(queue)s AND state = 3 "
     "ORDER BY done_at DESC LIMIT %(limit)s"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import litegate
-from litegate.queue import STATES, Job, Queue, _postgres, _sqlite
+from litegate.queue import STATES, DuplicateJob, Job, JobNotFound, Queue, _postgres, _sqlite
 from litegate.queue._pgdb import is_url
 from tests.litegate.queue import procs, schema3
 from tests.litegate.queue.conftest import MakeQueue
@@ -53,9 +53,11 @@ _TRUTH_PG = """
 SELECT (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at <= :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 0 AND run_at > :now),
        (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 1),
-       (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 2),
-       (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 3)
+       (SELECT count(*) FROM litegate_done_jobs WHERE queue = :queue),
+       (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 3),
+       (SELECT count(*) FROM litegate_jobs WHERE queue = :queue AND state = 2)
 """.replace(":queue", "%(queue)s").replace(":now", "now()")
+# (the last: done jobs left in the hot table, which schema 3 moves out)
 
 
 def truth(where: str, name: str) -> dict[str, int]:
@@ -64,7 +66,10 @@ def truth(where: str, name: str) -> dict[str, int]:
         import psycopg
 
         with psycopg.connect(where, autocommit=True) as pconn:
-            row = pconn.execute(_TRUTH_PG, {"queue": name}).fetchone()
+            got = pconn.execute(_TRUTH_PG, {"queue": name}).fetchone()
+        assert got is not None
+        assert got[5] == 0, f"{got[5]} done jobs left in the hot table"
+        row = got[:5]
     else:
         with contextlib.closing(sqlite3.connect(where)) as conn:
             conn.execute("BEGIN")  # one snapshot for both
@@ -404,6 +409,28 @@ def test_an_older_sqlite_database_is_migrated_with_exact_counts(
     assert _schema_version(path) == _sqlite.SCHEMA_VERSION
 
 
+# How versions 1 and 2 acknowledged a job on PostgreSQL (verbatim): the row
+# stayed in litegate_jobs, marked done. Version 3 moves it out.
+_V2_ACK_ONE = (
+    "UPDATE litegate_jobs SET state = 2, done_at = now(), lease_until = NULL "
+    "WHERE id = %s AND token = %s AND state <> 2 RETURNING id"
+)
+_V2_ACK = """
+UPDATE litegate_jobs AS j SET state = 2, done_at = now(), lease_until = NULL
+  FROM unnest(%s::bigint[], %s::bigint[]) AS o(id, token)
+ WHERE j.id = o.id AND j.token = o.token AND j.state <> 2
+RETURNING j.id
+"""
+
+
+def _old_pg_queue(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """This process's PostgreSQL queue as the litegate of schema ``version``
+    (1 or 2) ran: that version's schema, its acks (done jobs stay in place)."""
+    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", version)
+    monkeypatch.setattr(_postgres, "_ACK_ONE", _V2_ACK_ONE)
+    monkeypatch.setattr(_postgres, "_ACK", _V2_ACK)
+
+
 def test_a_version_1_postgres_database_is_migrated_with_exact_counts(
     pg_empty: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -411,7 +438,7 @@ def test_a_version_1_postgres_database_is_migrated_with_exact_counts(
     verbatim as migration 1), filled by the queue of that version, is brought
     to the current version on open; its counts are exact at once."""
     _v1_pg(pg_empty)
-    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", 1)
+    _old_pg_queue(monkeypatch, 1)
     old = Queue(pg_empty)
     old.put_many(range(10))
     old.put("later", delay=3600 * 5)
@@ -433,8 +460,125 @@ def test_a_version_1_postgres_database_is_migrated_with_exact_counts(
     q.close()
 
 
+def test_a_version_2_postgres_database_moves_its_done_jobs_out_of_the_hot_table(
+    pg_empty: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL, schema 2 to 3: the jobs already done move to
+    litegate_done_jobs on open (counts exact at once, nothing done left in
+    litegate_jobs), and stay readable by id; a done job's dedupe key is free;
+    purge deletes done jobs from their table; later acks move their jobs."""
+    _old_pg_queue(monkeypatch, 2)
+    old = Queue(pg_empty)
+    keyed = old.put("keyed", key="k1", priority=-1)  # (claimed last)
+    old.put_many(range(10))
+    jobs = old.claim(n=5)
+    old.ack_many(jobs[:4])
+    dead = old.put("dead", max_attempts=1, priority=99)
+    old.fail(old.claim()[0], "x")
+    old.close()
+    import psycopg
+
+    with psycopg.connect(pg_empty) as pconn:
+        in_place = pconn.execute("SELECT count(*) FROM litegate_jobs WHERE state = 2").fetchone()
+    assert in_place == (4,)  # (the old version kept them there)
+    assert _schema_version(pg_empty) == 2
+    monkeypatch.undo()
+    q = Queue(pg_empty)
+    assert _schema_version(pg_empty) == _postgres.SCHEMA_VERSION == 3
+    counts = check(q, pg_empty)  # (and none done left in the hot table)
+    assert counts == {"ready": 6, "scheduled": 0, "leased": 1, "done": 4, "dead": 1}
+    done = q.get(jobs[0].id)
+    assert (done.state, done.payload, done.attempts) == ("done", jobs[0].payload, 1)
+    assert done.done_at is not None
+    assert q.get(dead).state == "dead"
+    with pytest.raises(JobNotFound, match=f"job {jobs[1].id} is done"):
+        q.retry_dead([jobs[1].id])
+    assert q.retry_dead([dead]) == 1
+    with pytest.raises(DuplicateJob) as taken:  # still waiting: the key holds
+        q.put("keyed", key="k1")
+    assert taken.value.existing_id == keyed
+    q.ack_many(q.claim(n=20))  # (jobs[4]'s lease, from the old version, still runs)
+    counts = check(q, pg_empty)
+    assert counts == {"ready": 0, "scheduled": 0, "leased": 1, "done": 11, "dead": 0}
+    q.ack(jobs[4])  # its holder's token, taken to the new schema
+    assert check(q, pg_empty)["done"] == 12
+    again = q.put("keyed again", key="k1")  # its holder is done: the key is free
+    assert again != keyed
+    assert q.purge(done_before=time.time() + 60) == 12
+    with pytest.raises(JobNotFound):
+        q.get(jobs[0].id)
+    check(q, pg_empty)
+    q.close()
+
+
 def _migrate(path: str) -> None:  # in a child process, killed at some point
     Queue(path).close()
+
+
+def test_a_postgres_migration_killed_anywhere_leaves_version_2_or_3_whole(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL, schema 2 to 3: the migration is one transaction (with the
+    move of the done jobs), so a client SIGKILLed at any moment of it leaves
+    version 2 as it was (no litegate_done_jobs, the done jobs in place) or
+    version 3 whole (all of them moved); the next open finishes the job with
+    exact counts."""
+    import psycopg
+
+    template = pg_server.create_database("queue_v2_template")
+    _old_pg_queue(monkeypatch, 2)
+    with Queue(template) as old:
+        old.put_many(range(30_000))
+        for _ in range(20):
+            old.ack_many(old.claim(n=1000))
+        old.claim(n=500)
+    monkeypatch.undo()
+    ctx = mp.get_context("spawn")  # (no PostgreSQL connection of ours in the child)
+
+    def fresh(name: str) -> str:
+        """A copy of the template (connected elsewhere: a template must be idle)."""
+        with psycopg.connect(pg_server.url_for(dbname="postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE queue_v2_template")
+        url: str = pg_server.url_for(dbname=name)
+        return url
+
+    timed = fresh("queue_v2_timed")
+    t0 = time.monotonic()
+    child = ctx.Process(target=_migrate, args=(timed,))
+    child.start()
+    child.join(60)
+    took = time.monotonic() - t0  # the kills land from the child's start to past its end
+    assert _schema_version(timed) == 3
+    outcomes: Counter[int] = Counter()
+    rnd = random.Random(7)
+    for trial in range(6):
+        url = fresh(f"queue_v2_trial{trial}")
+        child = ctx.Process(target=_migrate, args=(url,))
+        child.start()
+        time.sleep(rnd.uniform(0.5 * took, 1.1 * took))
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+        settle(url)
+        version = _schema_version(url)
+        outcomes[version] += 1
+        with psycopg.connect(url) as conn:
+            done_table = conn.execute("SELECT to_regclass('litegate_done_jobs')").fetchone()
+            in_place = conn.execute("SELECT count(*) FROM litegate_jobs WHERE state = 2").fetchone()
+            if version == 2:
+                assert (done_table, in_place) == ((None,), (20_000,))
+            else:
+                assert version == 3
+                assert in_place == (0,)
+                moved = conn.execute("SELECT count(*) FROM litegate_done_jobs").fetchone()
+                assert moved == (20_000,)
+        with Queue(url) as q:  # finishes the move if the kill came first
+            assert check(q, url) == {
+                "ready": 9_500, "scheduled": 0, "leased": 500, "done": 20_000, "dead": 0,
+            }  # fmt: skip
+    assert sum(outcomes.values()) == 6
+    print(f"PostgreSQL migrations killed: {dict(outcomes)} (version: trials)")
 
 
 def test_a_migration_killed_anywhere_leaves_the_old_schema_or_the_new_whole(
@@ -548,9 +692,9 @@ def test_recount_repairs_counts_after_hand_written_sql(
         import psycopg
 
         with psycopg.connect(queue_db, autocommit=True) as pconn:
-            pconn.execute("ALTER TABLE litegate_jobs DISABLE TRIGGER USER")
-            pconn.execute("DELETE FROM litegate_jobs WHERE queue = 'default' AND state = 2")
-            pconn.execute("ALTER TABLE litegate_jobs ENABLE TRIGGER USER")
+            pconn.execute("ALTER TABLE litegate_done_jobs DISABLE TRIGGER USER")
+            pconn.execute("DELETE FROM litegate_done_jobs WHERE queue = 'default'")
+            pconn.execute("ALTER TABLE litegate_done_jobs ENABLE TRIGGER USER")
     else:
         with contextlib.closing(sqlite3.connect(queue_db)) as conn, conn:
             conn.execute("DELETE FROM litegate_queue_jobs WHERE queue = 'default' AND state = 2")

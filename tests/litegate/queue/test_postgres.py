@@ -74,7 +74,7 @@ def test_a_users_own_pool_is_used_and_left_open(pg_empty: str) -> None:
             assert job.id == jid
             q.ack(job)
         with pool.connection() as conn:  # still open after the queue closed
-            assert conn.execute("SELECT count(*) FROM litegate_jobs").fetchone() == (1,)
+            assert conn.execute("SELECT count(*) FROM litegate_done_jobs").fetchone() == (1,)
     finally:
         pool.close()
 
