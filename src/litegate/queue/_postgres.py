@@ -230,6 +230,21 @@ $grant$
 
 _GRANT_COUNTS = _grant_like_jobs(COUNTS_TABLE)
 
+
+def _count_triggers(table: str) -> list[str]:
+    """The statement triggers that count ``table``'s rows (its ``state``
+    column) into the counts table, in the writing transaction."""
+    return [
+        f"CREATE TRIGGER {table}_count_{op.lower()} AFTER {op} ON {table} "
+        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
+        for op, tables in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+        )
+    ]
+
+
 MIGRATIONS[2] = [
     f"""
     CREATE TABLE {COUNTS_TABLE} (
@@ -245,15 +260,7 @@ MIGRATIONS[2] = [
     _COUNT_FN,
     # The first trigger locks out every other writer until this transaction
     # commits: the count below sees every job, and no job changes uncounted.
-    *(
-        f"CREATE TRIGGER {TABLE}_count_{op.lower()} AFTER {op} ON {TABLE} "
-        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
-        for op, tables in (
-            ("INSERT", "NEW TABLE AS new_rows"),
-            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-            ("DELETE", "OLD TABLE AS old_rows"),
-        )
-    ),
+    *_count_triggers(TABLE),
     f"""
     INSERT INTO {COUNTS_TABLE} (queue, state, bucket, slot, n)
     SELECT queue, state, {_BUCKET}, 0, count(*) FROM {TABLE} GROUP BY 1, 2, 3
@@ -299,15 +306,7 @@ MIGRATIONS[3] = [
     )
     """,
     f"CREATE INDEX {DONE_TABLE}_done ON {DONE_TABLE} (queue, done_at)",
-    *(
-        f"CREATE TRIGGER {DONE_TABLE}_count_{op.lower()} AFTER {op} ON {DONE_TABLE} "
-        f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION litegate_jobs_count()"
-        for op, tables in (
-            ("INSERT", "NEW TABLE AS new_rows"),
-            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-            ("DELETE", "OLD TABLE AS old_rows"),
-        )
-    ),
+    *_count_triggers(DONE_TABLE),
     # The jobs already done move too (counted out of one table, into the other).
     f"""
     WITH moved AS (DELETE FROM {TABLE} WHERE state = 2 RETURNING {_ROW})
