@@ -358,6 +358,79 @@ def test_a_combiner_whose_turns_stall_resigns_and_another_process_takes_over(
     assert sorted(v for _, v in rows(path)) == sorted(["combiner"] + [f"c{i}" for i in range(n)])
 
 
+def test_a_batch_whose_client_went_away_before_its_turn_does_not_run(path: str) -> None:
+    """A client that closes its socket (it gave up: it settles its batch at
+    home) before the combiner's turn has the gate must not find its batch
+    run there too: the turn looks at the sockets with the gate held and
+    skips it, whether it saw the end of the socket before the turn or in it.
+    Another client's batch, in the same turn, runs."""
+    import pickle
+    import socket
+    import struct
+    import time
+
+    with combiner(path) as handle:
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        nonce = db._process_state().filegate.combiner_nonce()
+        assert nonce is not None
+        handle["hold"].set()  # the combiner's process holds the gate: turns wait
+        assert handle["ready"].get(timeout=30) == "holding"
+        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone.connect(_combine.address(nonce))
+        body = pickle.dumps(("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
+        gone.sendall(struct.pack("!I", len(body)) + body)
+        stays = threading.Thread(target=db.execute, args=("INSERT INTO t(v) VALUES ('stays')",))
+        stays.start()
+        time.sleep(0.3)  # both in line; the turn waits for the gate
+        gone.close()
+        handle["hold"].clear()
+        stays.join(30)
+        db.execute("INSERT INTO t(v) VALUES ('after')")
+        db.close()
+    assert [v for _, v in rows(path)] == ["combiner", "first", "stays", "after"]
+
+
+def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, when the combiner learns of it only in the turn: its turn
+    waits for the gate without looking at the sockets meanwhile (a long
+    ``GATE_LOOK``), the client closes, the gate comes; the look the turn
+    takes with the gate held finds the socket's end."""
+    import pickle
+    import socket
+    import struct
+    import time
+
+    monkeypatch.setattr(_combine.Combiner, "GATE_LOOK", 30.0)
+    db = litegate.connect(path, combine=True, timeout=30)
+    db.execute("INSERT INTO t(v) VALUES ('first')")  # this process combines
+    state = db._process_state()
+    combiner_ = state.filegate.combiner
+    assert combiner_ is not None
+    served, turns = combiner_.served, combiner_.turns
+    with db.write():  # the turn waits for the gate
+        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone.connect(_combine.address(combiner_.nonce))
+        body = pickle.dumps(("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
+        gone.sendall(struct.pack("!I", len(body)) + body)
+        deadline = time.monotonic() + 10
+        while not combiner_._remote_ns and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it has the batch
+        time.sleep(0.1)  # taken from the line: its turn waits for the gate
+        assert combiner_._remote_ns
+        assert not combiner_._queue
+        gone.close()
+    deadline = time.monotonic() + 10
+    while combiner_.turns == turns and time.monotonic() < deadline:
+        time.sleep(0.01)
+    db.execute("INSERT INTO t(v) VALUES ('after')")
+    assert combiner_.served == served  # (the turn ran nothing)
+    db.close()
+    assert [v for _, v in rows(path)] == ["first", "after"]
+
+
 def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
     """What travels is data: a message whose pickle would call a function
     (here, os.mkdir) is refused unopened and its connection dropped; the
