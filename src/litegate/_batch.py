@@ -462,6 +462,25 @@ class GroupCommit:
             self._finish(take, me)
         return shipped
 
+    def lead_alone(self) -> bool:
+        """Lead at once, with no request queued, if no thread of this process
+        leads or waits: a lone caller's write then ships without the
+        queue (``_combine.Ship.one``). True: the caller leads, and ends with
+        :meth:`end_alone`."""
+        with self._mutex:
+            if self._leading or self._pending or self._closed:
+                return False
+            self._leading = True
+            return True
+
+    def end_alone(self, done: bool) -> None:
+        """The end of :meth:`lead_alone`'s write: counted, and the lead goes
+        to whoever queued meanwhile."""
+        if done:
+            self.sizes.record(1)
+        self._last_size = 1
+        self._hand_on()
+
     def _give_back(self, take: list[Request], me: Request | None) -> None:
         """Requests taken but never run (the leader got no gate): back to the
         front of the queue, in order, for the next leader."""

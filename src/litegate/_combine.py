@@ -23,7 +23,8 @@ costs 30-50 % of its rate. Combining can: one commit serves every process.
   its threads' writes in its group commit as always; a batch leader whose
   batch holds only plain statements (``db.execute``/``db.executemany``)
   ships the batch as one request, ``(client, seq, statements)``, and waits
-  for the answer instead of taking the gate. A batch with a
+  for the answer instead of taking the gate (a thread writing alone
+  ships its statement at once, without the queue). A batch with a
   ``transact(fn)`` member (Python cannot travel) runs at home through the
   gate, as without combining. In the combiner's own process the same
   batches go to its thread through memory, in the same line as everyone's.
@@ -160,6 +161,8 @@ def _call_of(fn: Callable[..., Any]) -> Statement | None:
 
 # What a statement did: ("ok", rowcount, lastrowid, rows) or ("error", the error).
 Outcome = tuple[Any, ...]
+# db.execute()'s result, (rowcount, lastrowid, rows); None: not shipped.
+WriteOutcome = tuple[int, "int | None", list[Any]] | None
 
 _LEN = struct.Struct("!I")
 _MAX_MESSAGE = 1 << 30
@@ -939,8 +942,41 @@ class Ship:
         if nonce is None or not self.shipper.connect(nonce):
             self.gate.try_combine()  # nobody combines (any more): this process will
             return False
+        _settle(batch, self._ship(statements, deadline, in_turn))
+        return True
+
+    def one(self, batcher: GroupCommit, sql: str, params: Any, deadline: float) -> WriteOutcome:
+        """``db.execute()`` of a thread alone in a client process: shipped at
+        once, a batch of one, without the group commit's queue (its
+        request, its leader's hand-offs: 76-84 -> 65-69 us of a client's
+        CPU a write at 8 processes, docs/results/queue.md). None if it must
+        take the usual way: this process combines, the parameters cannot
+        travel, no combiner is reachable (that way takes the role), or
+        another thread of this process leads or waits (the write joins its
+        batch)."""
+        if self.gate.combiner is not None or not _plain(params, False):
+            return None
+        if not batcher.lead_alone():
+            return None
+        done = False
         try:
-            outcomes = self.shipper.ship(statements, deadline)
+            # (the lead first: the shipper, its socket included, is the leader's)
+            nonce = self.gate.combiner_nonce()
+            if nonce is None or not self.shipper.connect(nonce):
+                return None
+            outcome = self._ship([(sql, params, False)], deadline, batcher.in_turn)[0]
+            done = outcome[0] == "ok"
+        finally:
+            batcher.end_alone(done)
+        if done:
+            return outcome[1], outcome[2], outcome[3]
+        raise decode_error(outcome[1])
+
+    def _ship(self, statements: list[Statement], deadline: float | None,
+              in_turn: Callable[[Callable[[WriterConnection], Any], float | None], Any],
+              ) -> list[Outcome]:  # fmt: skip
+        try:
+            return self.shipper.ship(statements, deadline)
         except Unsure as unsure:
             # The combiner went away after the batch was sent: settle it here,
             # once (the record says whether it committed there).
@@ -952,10 +988,9 @@ class Ship:
                 statements=statements,
                 refusal=refusal,
             )
-            outcomes = in_turn(settle, None)
+            outcomes: list[Outcome] = in_turn(settle, None)
             self.shipper.at_home += 1
-        _settle(batch, outcomes)
-        return True
+            return outcomes
 
     def here(self, lone: bool) -> bool:
         """Does a write of this process run here, through the gate, rather

@@ -35,6 +35,7 @@ from ._profiles import PragmaValue
 from ._settings import Fairness, budget_of, resolve_settings
 from ._statements import TX
 from ._statements import kind as statement_kind
+from ._time import deadline_of
 
 __all__ = ["Database", "Params", "WriteResult", "connect", "engine_of"]
 
@@ -171,20 +172,27 @@ class Database:
         once COMMIT is done. SQL errors go to this caller only."""
         engine = self._engine
         state = engine.current
-        if (
-            state is not None
-            and timeout is None
-            and not engine.closed  # (a forked child's copy has no state: the hook saw to it)
-            # (combining: here only while shipping would gain nothing, see
-            # Ship.here; else the write joins the queue and ships)
-            and (state.ship is None or state.ship.here(lone=True))
-            and state.filegate.take_now(state.budget)
-        ):
-            # The lone writer: the gate was free for the taking, so no batch is
-            # running (a batch holds the gate) or waiting for it (it would be
-            # in line): run the statement now, a batch of one, without a queue.
-            # Whoever comes meanwhile leads the next batch.
-            return WriteResult(*engine.execute_now(state, sql, params))
+        # (a forked child's copy has no state: the hook saw to it)
+        if state is not None and not engine.closed:
+            ship = state.ship
+            if (
+                timeout is None
+                # (combining: here only while shipping would gain nothing, see
+                # Ship.here; else the write ships)
+                and (ship is None or ship.here(lone=True))
+                and state.filegate.take_now(state.budget)
+            ):
+                # The lone writer: the gate was free for the taking, so no batch is
+                # running (a batch holds the gate) or waiting for it (it would be
+                # in line): run the statement now, a batch of one, without a queue.
+                # Whoever comes meanwhile leads the next batch.
+                return WriteResult(*engine.execute_now(state, sql, params))
+            if ship is not None and not ship.here(lone=False):
+                # A client process's lone thread: it ships at once, no queue.
+                engine.refuse_nested(state, "db.execute()")
+                done = ship.one(state.batcher, sql, params, deadline_of(engine.limit(timeout)))
+                if done is not None:
+                    return WriteResult(*done)
         return self._submit(sql, params, False, timeout)
 
     def executemany(

@@ -143,6 +143,64 @@ def test_writes_of_another_process_commit_in_the_combiners_transactions(
     assert c["stats"]["turns"] <= c["stats"]["served_batches"]
 
 
+def test_a_lone_threads_writes_ship_without_the_group_commits_queue(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client process's thread writing alone ships each write at once, as
+    a batch of one (no request queued, no leader's hand-off): its own
+    outcome (rowid, RETURNING rows, a failing statement's own typed error),
+    and the lead given back every time, error or not, so that the next
+    write, of this thread or another, does not wait for it."""
+    from litegate._batch import GroupCommit
+
+    queued: list[int] = []
+    real_run = GroupCommit.run
+
+    def run(self: GroupCommit, req: Any, timeout: float) -> Any:
+        queued.append(1)
+        return real_run(self, req, timeout)
+
+    monkeypatch.setattr(GroupCommit, "run", run)
+    with combiner(path) as c:
+        db = litegate.connect(path, combine=True, timeout=30)
+        first = db.execute("INSERT INTO t(v) VALUES ('a')").lastrowid
+        assert db.execute("INSERT INTO t(v) VALUES ('b') RETURNING id").rows == [(first + 1,)]
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            db.execute("INSERT INTO t(v) VALUES ('a')")
+        assert db.execute("UPDATE t SET v = 'c' WHERE v = 'b'", timeout=5).rowcount == 1
+        other: list[int | None] = []
+        t = threading.Thread(
+            target=lambda: other.append(
+                db.execute("INSERT INTO t(v) VALUES ('d')", timeout=5).lastrowid
+            )
+        )
+        t.start()
+        t.join(30)
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert queued == []  # not one write took the queue
+    assert stats["shipped_batches"] == 5
+    assert c["stats"]["served_batches"] == 5
+    assert rows(path) == [(1, "combiner"), (first, "a"), (first + 1, "c"), (first + 2, "d")]
+    assert other == [first + 2]
+
+
+def test_a_write_inside_db_write_of_a_client_is_refused(path: str) -> None:
+    """Shipping does not hide a write that would wait for its own thread's
+    gate: NestedWriteError, as without combining; nothing shipped."""
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('a')")
+        with db.write() as conn:
+            with pytest.raises(litegate.NestedWriteError, match=r"inside db\.write"):
+                db.execute("INSERT INTO t(v) VALUES ('nested')")
+            conn.execute("INSERT INTO t(v) VALUES ('b')")
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert [v for _, v in rows(path)] == ["combiner", "a", "b"]
+    assert stats["shipped_batches"] == 1
+
+
 @pytest.mark.parametrize("step", CRASH_STEPS)
 def test_a_combiner_killed_at_any_step_applies_each_write_exactly_once(
     path: str, step: str
