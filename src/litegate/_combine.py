@@ -125,6 +125,14 @@ STALLS = 3
 RESIGNED_S = 10.0
 
 
+# A combined write whose timeout passed while it waited in the combiner's line.
+WITHDRAWN = (
+    "the write waited past its timeout in the combiner's line and was withdrawn: it never ran. "
+    "A turn waits for the write gate, so a long transaction of some process holds it up "
+    "(litegate top shows who); raise timeout= or make write transactions shorter"
+)
+
+
 def _crash_point(step: str) -> None:
     if step == _CRASH:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -531,7 +539,7 @@ class Combiner:
                 if withdrawn:
                     self._queue.remove(w)
             if withdrawn:
-                raise WriteTimeout("withdrawn")
+                raise WriteTimeout(WITHDRAWN)
             done.acquire()  # in a turn now: its outcome is ours, however late
         kind, payload = result[0]
         if kind == "done":
@@ -890,7 +898,7 @@ class Shipper:
                 outcomes: list[Outcome] = answer[2]
                 return outcomes
             if kind == "cancelled":
-                raise WriteTimeout("withdrawn")
+                raise WriteTimeout(WITHDRAWN)
             raise decode_error(answer[2])
 
     def close(self) -> None:

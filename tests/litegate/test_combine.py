@@ -238,7 +238,7 @@ def test_a_write_that_times_out_at_the_combiner_is_withdrawn(path: str) -> None:
         db.execute("INSERT INTO t(v) VALUES ('before')")
         c["hold"].set()
         assert c["ready"].get(timeout=30) == "holding"
-        with pytest.raises(litegate.WriteTimeout):
+        with pytest.raises(litegate.WriteTimeout, match=r"withdrawn: it never ran\. A turn"):
             db.execute("INSERT INTO t(v) VALUES ('late')", timeout=0.2)
         c["hold"].clear()
         db.execute("INSERT INTO t(v) VALUES ('after')")
