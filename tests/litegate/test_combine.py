@@ -164,6 +164,7 @@ def test_a_lone_threads_writes_ship_without_the_group_commits_queue(
     with combiner(path) as c:
         db = litegate.connect(path, combine=True, timeout=30)
         first = db.execute("INSERT INTO t(v) VALUES ('a')").lastrowid
+        assert first is not None
         assert db.execute("INSERT INTO t(v) VALUES ('b') RETURNING id").rows == [(first + 1,)]
         with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
             db.execute("INSERT INTO t(v) VALUES ('a')")
