@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import functools
 import glob
+import itertools
 import multiprocessing as mp
 import os
 import random
@@ -384,10 +385,39 @@ def run(
         for what in ("overlaps", "out_of_order", "over_overtakes", "over_budget", "free_gaps"):
             if result.check[what]:
                 result.problems.append(f"grant log: {what} = {result.check[what]}")
+        result.problems += _overlapping(log, kills)
         if checkpoints:
             result.checkpoints = ckptlog.check(ckpt_folder, kills, end_ns)
             result.problems += result.checkpoints.problems()
     return result
+
+
+def _overlapping(log: list[_grantlog.Grant], kills: dict[int, tuple[int, int]]) -> list[str]:
+    """Each pair of grants the log shows held at once, said in full (times
+    from the first grant, in us; their tickets; SIGKILLs of either), so a
+    failure that happens once can be read from its report: two holders at
+    once is the gate's worst possible bug."""
+    out = []
+    began_ns = log[0].grant_ns if log else 0
+    for a, b in itertools.pairwise(log):
+        if a.release_ns <= b.grant_ns:
+            continue
+
+        def said(g: _grantlog.Grant) -> str:
+            killed = kills.get(g.pid)
+            return (
+                f"pid {g.pid} tid {g.tid} held {(g.grant_ns - began_ns) / 1e3:.0f}.."
+                f"{(g.release_ns - began_ns) / 1e3:.0f} us (asked at "
+                f"{(g.arrive_ns - began_ns) / 1e3:.0f}, ticket {g.ticket}, queued here "
+                f"{g.queued_here}, budget {g.overtakes}/{g.budget_us} us"
+                + (f", SIGKILLed at {(killed[0] - began_ns) / 1e3:.0f} us" if killed else "")
+                + ")"
+            )
+
+        out.append(
+            f"held at once for {(a.release_ns - b.grant_ns) / 1e3:.1f} us: {said(a)}; {said(b)}"
+        )
+    return out[:5]
 
 
 def main(argv: list[str] | None = None) -> int:
