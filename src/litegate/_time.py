@@ -33,6 +33,18 @@ def seconds(name: str, value: object) -> float:
     return math.inf if value >= FOREVER else float(value)
 
 
+# sqlite3.connect()'s timeout= becomes SQLite's busy timeout in milliseconds,
+# a C int: inf, or anything past 2**31 - 1 ms (~24.8 days), wraps to 0, which
+# is no wait at all.
+SQLITE_LONGEST = (2**31 - 1) / 1000
+
+
+def sqlite_timeout(limit: float) -> float:
+    """``sqlite3.connect(timeout=...)`` for a wait of ``limit`` seconds (inf:
+    none): the longest SQLite takes, not a value that turns into 0."""
+    return min(limit, SQLITE_LONGEST)
+
+
 def deadline_of(limit: float) -> float:
     """The monotonic deadline ``limit`` seconds from now (inf: none)."""
     return math.inf if limit >= FOREVER else time.monotonic() + limit

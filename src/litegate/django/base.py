@@ -40,6 +40,7 @@ from .._guard import is_denied
 from .._settings import budget_of, resolve_settings
 from .._statements import READ, TX, VACUUM, WRITE
 from .._statements import kind as statement_kind
+from .._time import sqlite_timeout
 from .creation import DatabaseCreation
 
 T = TypeVar("T")
@@ -453,7 +454,7 @@ class DatabaseWrapper(sqlite_base.DatabaseWrapper):
             self.litegate_budget = budget_of(fair)
         except ConfigError as exc:
             raise SettingsError(f"{where}['fair']: {exc}") from None
-        kwargs["timeout"] = settings.timeout
+        kwargs["timeout"] = sqlite_timeout(settings.timeout)
         self.litegate_timeout = settings.timeout
         self._litegate_every = settings.every
         pragmas = settings.pragmas

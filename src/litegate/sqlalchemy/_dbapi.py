@@ -51,6 +51,7 @@ from .._statements import READ as _READ_KIND
 from .._statements import TX as _TX_KIND
 from .._statements import VACUUM as _VACUUM_KIND
 from .._statements import kind as _kind
+from .._time import sqlite_timeout
 from ._config import DEFAULT_PROFILE, Settings, resolve
 from ._errors import ConfigError, gate_timeout, open_failed, read_only_refused, statement_refused
 
@@ -541,7 +542,7 @@ def connect(database: str, **kwargs: Any) -> Connection:
     SQLAlchemy's pool does."""
     settings = resolve(kwargs.pop("profile", DEFAULT_PROFILE), kwargs.pop("pragmas", None),
                        kwargs.get("timeout"), kwargs.pop("fair", True))  # fmt: skip
-    kwargs["timeout"] = settings.timeout
+    kwargs["timeout"] = sqlite_timeout(settings.timeout)
     path = gate_path(database, bool(kwargs.get("uri")))
     kwargs.setdefault("check_same_thread", path is None)
     factory = kwargs.pop("factory", None)

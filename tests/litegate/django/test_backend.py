@@ -862,3 +862,18 @@ def test_options_timeout_is_refused_with_connects_words(
         wrapper_for(path, options).ensure_connection()
     assert str(info.value) == f"settings.DATABASES['misuse']['OPTIONS']: {core.value}"
     assert not os.path.exists(path)  # refused before anything was opened
+
+
+@pytest.mark.parametrize(("timeout", "busy_ms"), [(float("inf"), 2**31 - 1), (2.5, 2500)])
+def test_options_timeout_is_sqlites_busy_timeout_even_without_a_limit(
+    tmp_path: Any, timeout: float, busy_ms: int
+) -> None:
+    """OPTIONS["timeout"] = inf waits as long as SQLite can for a writer
+    outside litegate: sqlite3 would turn inf into a busy timeout of 0 (no
+    wait at all), so the longest SQLite takes is passed."""
+    wrapper = wrapper_for(str(tmp_path / "x.db"), {"timeout": timeout})
+    wrapper.ensure_connection()
+    try:
+        assert wrapper.connection.execute("PRAGMA busy_timeout").fetchone() == (busy_ms,)
+    finally:
+        wrapper.close()

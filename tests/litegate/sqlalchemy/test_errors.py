@@ -361,6 +361,22 @@ def test_good_url_values_still_work(tmp_path: Path, query: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.parametrize(("query", "busy_ms"), [("timeout=inf", 2**31 - 1), ("timeout=2.5", 2500)])
+def test_timeout_is_sqlites_busy_timeout_even_without_a_limit(
+    tmp_path: Path, query: str, busy_ms: int
+) -> None:
+    """``timeout=inf`` waits as long as SQLite can for a writer outside
+    litegate: sqlite3 would turn inf into a busy timeout of 0 (no wait at
+    all: a WAL recovery of another connection then failed a BEGIN with
+    "database is locked"), so the longest SQLite takes is passed."""
+    engine = create_engine(f"sqlite+litegate:///{tmp_path / 'app.db'}?{query}")
+    try:
+        with engine.connect() as c:
+            assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == busy_ms
+    finally:
+        engine.dispose()
+
+
 # -- VACUUM ------------------------------------------------------------------------
 
 
