@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
+import socket
 import sqlite3
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -90,6 +93,17 @@ def in_threads(fn: Callable[[int], None], n: int) -> None:
         t.start()
     for t in threads:
         t.join(60)
+
+
+def raw_client(nonce: int, message: Any) -> socket.socket:
+    """A socket to the combiner published as ``nonce`` that has sent
+    ``message`` as litegate's wire frames it (a length, then a pickle), for
+    the tests that play a client by hand."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(_combine.address(nonce))
+    body = pickle.dumps(message)
+    sock.sendall(struct.pack("!I", len(body)) + body)
+    return sock
 
 
 def rows(path: str) -> list[tuple[int, str]]:
@@ -423,9 +437,6 @@ def test_a_batch_whose_client_went_away_before_its_turn_does_not_run(path: str) 
     run there too: the turn looks at the sockets with the gate held and
     skips it, whether it saw the end of the socket before the turn or in it.
     Another client's batch, in the same turn, runs."""
-    import pickle
-    import socket
-    import struct
     import time
 
     with combiner(path) as handle:
@@ -435,10 +446,7 @@ def test_a_batch_whose_client_went_away_before_its_turn_does_not_run(path: str) 
         assert nonce is not None
         handle["hold"].set()  # the combiner's process holds the gate: turns wait
         assert handle["ready"].get(timeout=30) == "holding"
-        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        gone.connect(_combine.address(nonce))
-        body = pickle.dumps(("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
-        gone.sendall(struct.pack("!I", len(body)) + body)
+        gone = raw_client(nonce, ("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
         stays = threading.Thread(target=db.execute, args=("INSERT INTO t(v) VALUES ('stays')",))
         stays.start()
         time.sleep(0.3)  # both in line; the turn waits for the gate
@@ -457,9 +465,6 @@ def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     waits for the gate without looking at the sockets meanwhile (a long
     ``GATE_LOOK``), the client closes, the gate comes; the look the turn
     takes with the gate held finds the socket's end."""
-    import pickle
-    import socket
-    import struct
     import time
 
     monkeypatch.setattr(_combine.Combiner, "GATE_LOOK", 30.0)
@@ -470,10 +475,9 @@ def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     assert combiner_ is not None
     served, turns = combiner_.served, combiner_.turns
     with db.write():  # the turn waits for the gate
-        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        gone.connect(_combine.address(combiner_.nonce))
-        body = pickle.dumps(("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
-        gone.sendall(struct.pack("!I", len(body)) + body)
+        gone = raw_client(
+            combiner_.nonce, ("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)])
+        )
         deadline = time.monotonic() + 10
         while not combiner_._remote_ns and time.monotonic() < deadline:
             time.sleep(0.01)  # until it has the batch
@@ -494,11 +498,6 @@ def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> Non
     """What travels is data: a message whose pickle would call a function
     (here, os.mkdir) is refused unopened and its connection dropped; the
     combiner goes on serving."""
-    import pickle
-    import socket
-    import struct
-
-    from litegate import _combine
 
     class Evil:
         def __reduce__(self) -> tuple[Any, ...]:
@@ -509,10 +508,7 @@ def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> Non
         db.execute("INSERT INTO t(v) VALUES ('first')")
         nonce = db._process_state().filegate.combiner_nonce()
         assert nonce is not None
-        evil = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        evil.connect(_combine.address(nonce))
-        body = pickle.dumps(("run", 1, 1, [("INSERT INTO t(v) VALUES (?)", (Evil(),), False)]))
-        evil.sendall(struct.pack("!I", len(body)) + body)
+        evil = raw_client(nonce, ("run", 1, 1, [("INSERT INTO t(v) VALUES (?)", (Evil(),), False)]))
         assert evil.recv(10) == b""  # dropped
         evil.close()
         db.execute("INSERT INTO t(v) VALUES ('after')")
