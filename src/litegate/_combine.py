@@ -67,7 +67,7 @@ from typing import Any, Protocol, TypeVar
 from ._batch import GroupCommit, Request, refusal
 from ._errors import Closed, Error, WriteTimeout
 from ._guard import RELEASE, ROLLBACK_TO, SAVEPOINT, WriterConnection
-from ._time import acquire_until
+from ._time import acquire_until, deadline_of
 
 
 class Role(Protocol):
@@ -953,7 +953,7 @@ class Ship:
         _settle(batch, self._ship(statements, deadline, in_turn))
         return True
 
-    def one(self, batcher: GroupCommit, sql: str, params: Any, deadline: float) -> WriteOutcome:
+    def one(self, batcher: GroupCommit, sql: str, params: Any, limit: float) -> WriteOutcome:
         """``db.execute()`` of a thread alone in a client process: shipped at
         once, a batch of one, without the group commit's queue (its
         request, its leader's hand-offs: 76-84 -> 65-69 us of a client's
@@ -961,7 +961,7 @@ class Ship:
         take the usual way: this process combines, the parameters cannot
         travel, no combiner is reachable (that way takes the role), or
         another thread of this process leads or waits (the write joins its
-        batch)."""
+        batch). ``limit``: the write's timeout in seconds (inf: none)."""
         if self.gate.combiner is not None or not _plain(params, False):
             return None
         if not batcher.lead_alone():
@@ -972,6 +972,7 @@ class Ship:
             nonce = self.gate.combiner_nonce()
             if nonce is None or not self.shipper.connect(nonce):
                 return None
+            deadline = deadline_of(limit)
             outcome = self._ship([(sql, params, False)], deadline, batcher.in_turn)[0]
             done = outcome[0] == "ok"
         finally:

@@ -35,7 +35,6 @@ from ._profiles import PragmaValue
 from ._settings import Fairness, budget_of, resolve_settings
 from ._statements import TX
 from ._statements import kind as statement_kind
-from ._time import deadline_of
 
 __all__ = ["Database", "Params", "WriteResult", "connect", "engine_of"]
 
@@ -190,7 +189,7 @@ class Database:
             if ship is not None and not ship.here(lone=False):
                 # A client process's lone thread: it ships at once, no queue.
                 engine.refuse_nested(state, "db.execute()")
-                done = ship.one(state.batcher, sql, params, deadline_of(engine.limit(timeout)))
+                done = ship.one(state.batcher, sql, params, engine.limit(timeout))
                 if done is not None:
                     return WriteResult(*done)
         return self._submit(sql, params, False, timeout)
