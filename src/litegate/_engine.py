@@ -427,8 +427,15 @@ class Engine:
 
     def lend_to_block(self, state: ProcessState, block: WriteBlock) -> None:
         """The writer, taken by :meth:`finish_gate`, now belongs to ``block``
-        until :meth:`end`."""
+        until :meth:`end`. So does the gate, as its owner: the block's loop
+        thread (finish_gate took it on a pool thread). A fork() on that
+        thread then treats the block as its own (the parent waits for the
+        child to let go of its copy, instead of waiting FORK_WAIT_SECONDS for
+        a gate it holds itself, then racing the child to COMMIT), and a
+        blocking write from it through another Database on the file raises
+        NestedWriteError at once instead of waiting for the block it stalls."""
         state.writer_block = block
+        state.filegate.owner = block.thread
 
     def _after_gate(
         self, state: ProcessState, start: float, limit: float, begin: bool

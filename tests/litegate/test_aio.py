@@ -314,6 +314,42 @@ def test_writes_that_would_wait_for_their_own_block_are_refused_at_once(db_path:
     run(main())
 
 
+def test_a_write_through_another_database_from_the_blocks_thread_is_refused(
+    db_path: str,
+) -> None:
+    """Inside ``async with db.write()``, a sync write on the loop's thread
+    through another Database on the same file would wait for the gate the
+    block holds, while the block waits for the loop: NestedWriteError at
+    once (the gate's owner is the block's thread), not a WriteTimeout after
+    the other Database's whole limit. The block then commits."""
+
+    async def main() -> list[Any]:
+        db = await litegate.aio.connect(db_path, timeout=30)
+        await db.execute("CREATE TABLE t(v)")
+        other = litegate.connect(db_path, timeout=2)
+        try:
+            async with db.write() as tx:
+                await tx.execute("INSERT INTO t VALUES (0)")
+                got = [
+                    _outcome(lambda: other.execute("INSERT INTO t VALUES (1)")),
+                    _outcome(lambda: other.write().__enter__()),
+                ]
+            got.append(other.query("SELECT v FROM t"))
+            other.execute("INSERT INTO t VALUES (2)")  # the gate is free again
+        finally:
+            other.close()
+        got.append(await db.query("SELECT v FROM t ORDER BY v"))
+        await db.close()
+        return got
+
+    assert asyncio.run(main()) == [
+        litegate.NestedWriteError,
+        litegate.NestedWriteError,
+        [(0,)],
+        [(0,), (2,)],
+    ]
+
+
 async def _enter_block(db: litegate.aio.AsyncDatabase) -> None:
     async with db.write():
         pass

@@ -399,15 +399,29 @@ def test_fork_waits_while_the_checkpointer_is_inside_sqlite(db: litegate.Databas
     ckpt.calls.release()
 
 
-def test_fork_inside_an_async_write_block_leaves_a_child_that_can_write(db_path: str) -> None:
+def test_fork_inside_an_async_write_block_leaves_a_child_that_can_write(
+    db_path: str, tmp_path: Any
+) -> None:
     """fork() on the event loop's thread inside ``async with adb.write()``
-    (no statement under way): the child closes its copy of the writer and
-    writes through a Database of its own; the parent's block commits."""
+    (no statement under way): the block is the forking thread's, as a
+    db.write() would be, so fork() returns in the parent only once the
+    child has let go of its copies (the parent's COMMIT cannot race the
+    child's check of the WAL: it did, after fork() had waited 5 s for the
+    gate the block holds, and under load the child then saw the COMMIT's
+    frame and refused to write); the child writes through a Database of its
+    own; the parent's block commits."""
     import asyncio
 
     import litegate.aio
+    from litegate import _gate
 
-    async def main() -> tuple[int, bytes]:
+    marker = tmp_path / "child-let-go"
+
+    def slow_hook() -> None:  # runs in the child, among litegate's own hooks
+        time.sleep(0.3)
+        marker.write_text("done")
+
+    async def main() -> tuple[int, bytes, bool]:
         adb = await litegate.aio.connect(db_path, timeout=10)
         await adb.execute("CREATE TABLE IF NOT EXISTS t(v)")
         r, w = os.pipe()
@@ -417,6 +431,7 @@ def test_fork_inside_an_async_write_block_leaves_a_child_that_can_write(db_path:
             if pid == 0:
                 os.close(r)
                 _child_write(db_path, w)
+            seen = marker.exists()  # right after fork() returned in the parent
             os.close(w)
         said = b""
         while chunk := os.read(r, 4096):
@@ -424,10 +439,15 @@ def test_fork_inside_an_async_write_block_leaves_a_child_that_can_write(db_path:
         os.close(r)
         _, status = os.waitpid(pid, 0)
         await adb.close()
-        return status, said
+        return status, said, seen
 
-    status, said = asyncio.run(main())
+    _gate.on_fork_in_child(slow_hook)
+    try:
+        status, said, seen = asyncio.run(main())
+    finally:
+        _gate._CHILD_HOOKS.remove(slow_hook)
     assert os.WEXITSTATUS(status) == 0
     assert said == b"+wrote"
+    assert seen
     with litegate.connect(db_path) as db:
         assert sorted(v for (v,) in db.query("SELECT v FROM t")) == ["child", "parent"]
