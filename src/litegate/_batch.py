@@ -175,10 +175,19 @@ class Writer(Protocol):
     def begin_again(self, conn: WriterConnection, timeout: float | None) -> None:
         """``BEGIN IMMEDIATE`` with the gate held, within ``timeout``."""
 
-    def end(self, conn: WriterConnection, commit: bool) -> None:
+    def end(self, conn: WriterConnection, commit: bool, resync: int | None = None) -> None:
         """COMMIT an open transaction (raising if that fails) or ROLLBACK
         it, count an autocommit statement that committed, and release the
-        gate."""
+        gate. ``resync``: the level of PRAGMA synchronous to set again
+        first (what :meth:`raise_sync` returned)."""
+
+    def sync_level(self) -> int:
+        """The writer's PRAGMA synchronous (0 OFF .. 3 EXTRA)."""
+
+    def raise_sync(self, conn: WriterConnection, level: int) -> int | None:
+        """The gate held, no transaction open: commit the next transaction
+        with synchronous ``level`` if that is more than the writer's own;
+        the level to set back, or None if nothing changed."""
 
     def timeout_error(self, limit: float) -> BaseException:
         """The error of a write still queued when its ``limit`` passed."""
@@ -490,21 +499,38 @@ class GroupCommit:
                     r.state = _PENDING
                     self._pending.appendleft(r)
 
-    def in_turn(self, fn: Callable[[WriterConnection], T], deadline: float | None) -> T:
+    def in_turn(
+        self,
+        fn: Callable[[WriterConnection], T],
+        deadline: float | None,
+        *,
+        sync_level: int = 0,
+    ) -> T:
         """``fn(conn)`` in a transaction of its own, the gate held: the
         combiner's turns, and a shipped batch whose outcome must be settled
-        here. ``WriteTimeout`` if the gate did not come by ``deadline``."""
+        here. ``WriteTimeout`` if the gate did not come by ``deadline``.
+        ``sync_level``: commit with at least this PRAGMA synchronous (a
+        combiner's turn for processes that ask for more than its own), the
+        writer's own level set back before the gate goes."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         conn = self._writer.begin(remaining)
+        level = None
         try:
+            if sync_level:
+                level = self._writer.raise_sync(conn, sync_level)
             self._writer.begin_again(conn, None)
             value = fn(conn)
         except BaseException:
             with contextlib.suppress(BaseException):
-                self._writer.end(conn, False)
+                self._writer.end(conn, False, level)
             raise
-        self._writer.end(conn, True)
+        self._writer.end(conn, True, level)
         return value
+
+    @property
+    def sync_level(self) -> int:
+        """This process's writer's PRAGMA synchronous (0 OFF .. 3 EXTRA)."""
+        return self._writer.sync_level()
 
     @staticmethod
     def _refused(r: Request) -> bool:

@@ -184,18 +184,21 @@ class Work:
     """One batch at the combiner: ``(client, seq, statements)``, how its
     answer goes back (``answer(kind, payload)``, on the combiner's thread,
     after its turn), and whether its client still waits for it
-    (``waiting()``: a client that gave up settles the batch at home)."""
+    (``waiting()``: a client that gave up settles the batch at home), and
+    the PRAGMA synchronous its process writes with (``sync``: its turn
+    commits with the strongest of its batches' levels)."""
 
-    __slots__ = ("answer", "client", "outcomes", "seq", "statements", "waiting")
+    __slots__ = ("answer", "client", "outcomes", "seq", "statements", "sync", "waiting")
 
     def __init__(self, client: int, seq: int, statements: list[Statement],
                  answer: Callable[[str, Any], None],
-                 waiting: Callable[[], bool] | None = None) -> None:  # fmt: skip
+                 waiting: Callable[[], bool] | None = None, sync: int = 0) -> None:  # fmt: skip
         self.client = client
         self.seq = seq
         self.statements = statements
         self.answer = answer
         self.waiting = waiting
+        self.sync = sync
         self.outcomes: list[Outcome] | None = None
 
 
@@ -531,7 +534,7 @@ class Combiner:
             result.append((kind, payload))
             done.release()
 
-        w = Work(0, 0, statements, answer)
+        w = Work(0, 0, statements, answer, sync=self.batcher.sync_level)
         self._enqueue(w)
         if not acquire_until(done, math.inf if deadline is None else deadline):
             with self._lock:
@@ -621,9 +624,16 @@ class Combiner:
                 n += len(w.statements)
         later: list[Work] = []
         while works:
+            # A turn commits as durably as the most demanding of its batches'
+            # processes asks (a FULL client's batch in a NORMAL combiner's
+            # turn: that turn's COMMIT syncs the WAL): each write that returns
+            # is as durable as its own Database's settings say.
+            sync = max(w.sync for w in works)
             try:
                 later = self.batcher.in_turn(
-                    partial(self._apply_timed, works=works), time.monotonic() + self.GATE_LOOK
+                    partial(self._apply_timed, works=works),
+                    time.monotonic() + self.GATE_LOOK,
+                    sync_level=sync,
                 )
             except _Isolate as isolated:  # it fails alone; the rest run again
                 isolated.work.answer("failed", isolated.error)
@@ -708,12 +718,14 @@ class Combiner:
 
     def _take(self, sock: socket.socket, message: Any) -> None:
         if message[0] == "run":
-            _, client, seq, statements = message
+            _, client, seq, statements, *more = message
+            # (its process's PRAGMA synchronous: 0 OFF .. 3 EXTRA)
+            sync = more[0] if more and type(more[0]) is int and 0 <= more[0] <= 3 else 0
             _crash_point("received")
             self._remote_ns = time.monotonic_ns()
             with self._lock:
                 answer, waits = partial(_reply, sock, seq), partial(self._waits, sock)
-                self._queue.append(Work(client, seq, statements, answer, waits))
+                self._queue.append(Work(client, seq, statements, answer, waits, sync))
         elif message[0] == "cancel":
             _, client, seq = message
             with self._lock:
@@ -816,11 +828,13 @@ class Unsure(Exception):
 class Shipper:
     """One client of the combiner: ships batches of plain statements as
     ``(client, seq)`` requests, one at a time (its group commit has one
-    leader at a time)."""
+    leader at a time). ``sync``: its process's PRAGMA synchronous, sent with
+    each batch (the turn commits at least that durably)."""
 
     LOOK = 0.5  # the standing receive timeout: how often a long wait looks at its deadline
 
-    def __init__(self) -> None:
+    def __init__(self, sync: int = 0) -> None:
+        self.sync = sync
         self.client = secrets.randbits(62) + 1
         self.seq = 0
         self._sock: socket.socket | None = None
@@ -858,7 +872,7 @@ class Shipper:
         self.seq += 1
         seq = self.seq
         try:
-            _send(sock, ("run", self.client, seq, statements))
+            _send(sock, ("run", self.client, seq, statements, self.sync))
         except OSError as exc:
             self.close()
             raise Unsure(seq) from exc
@@ -915,9 +929,9 @@ class Ship:
     values) or finds no combiner runs here, through the gate. If no process
     combines, this one takes the role."""
 
-    def __init__(self, gate: Role) -> None:
+    def __init__(self, gate: Role, sync: int = 0) -> None:
         self.gate = gate
-        self.shipper = Shipper()
+        self.shipper = Shipper(sync)
 
     def __call__(
         self,

@@ -128,6 +128,9 @@ class ProcessState:
         self.reader_owner: dict[int, int] = {}  # id(conn) -> thread ident, while out
         self.connections: list[sqlite3.Connection] = []  # every connection we opened
         self.writer_pragmas: dict[str, object] = {}
+        # The writer's PRAGMA synchronous (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA),
+        # read once it is open (the guard keeps it from changing).
+        self.sync_level = 0
         self.reader_pragmas: dict[str, object] | None = None
         self.batcher = GroupCommit(
             _BatchWriter(engine, self),
@@ -160,12 +163,22 @@ class _BatchWriter:
     def begin_again(self, conn: WriterConnection, timeout: float | None) -> None:
         self._engine.begin_again(self._state, conn, timeout)
 
-    def end(self, conn: WriterConnection, commit: bool) -> None:
-        self._engine.end(self._state, conn, commit)
+    def end(self, conn: WriterConnection, commit: bool, resync: int | None = None) -> None:
+        self._engine.end(self._state, conn, commit, resync=resync)
 
     def timeout_error(self, limit: float) -> WriteTimeout:
         self._state.gate_wait.record_timeout()  # (a write that gave up waiting, on either face)
         return self._engine.write_timeout(limit)
+
+    def sync_level(self) -> int:
+        return self._state.sync_level
+
+    def raise_sync(self, conn: WriterConnection, level: int) -> int | None:
+        own = self._state.sync_level
+        if level <= own:
+            return None
+        conn.control(f"PRAGMA synchronous = {int(level)} -- litegate")
+        return own
 
 
 class Engine:
@@ -230,7 +243,7 @@ class Engine:
                 self.current = state
                 state.writer = self._open_writer(state)
                 if self.combine:
-                    state.ship = state.batcher.ship = Ship(state.filegate)
+                    state.ship = state.batcher.ship = Ship(state.filegate, state.sync_level)
                     state.filegate.join_combining(state.batcher)
                 if self.checkpoints:  # one per file per process, shared
                     state.checkpointer = state.filegate.checkpointer(
@@ -282,6 +295,7 @@ class Engine:
             state.writer_pragmas = _profiles.apply(conn, self.pragmas, writer=True)
             conn.execute("PRAGMA busy_timeout = 0")
             state.writer_pragmas["busy_timeout"] = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            state.sync_level = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             wanted = str(self.pragmas.get("journal_mode", "")).lower()
             got = str(state.writer_pragmas.get("journal_mode", "")).lower()
             if wanted and got != wanted:
@@ -536,11 +550,20 @@ class Engine:
 
     # -- the writer: ending ---------------------------------------------------------
     def end(
-        self, state: ProcessState, conn: WriterConnection, commit: bool, wrote: bool = True
+        self,
+        state: ProcessState,
+        conn: WriterConnection,
+        commit: bool,
+        wrote: bool = True,
+        resync: int | None = None,
     ) -> None:
         """COMMIT (``commit``) or ROLLBACK the open transaction, or count an
         autocommit statement that committed on its own (``wrote``: it changed
-        something, so the checkpointer hears of it); then release."""
+        something, so the checkpointer hears of it); then release.
+        ``resync``: the transaction ran with another ``synchronous`` (a
+        combiner's turn for a process that asks for more, ``GroupCommit.
+        in_turn``); the writer gets this level back before the gate goes
+        (and with it the writer)."""
         try:
             if conn.in_transaction:
                 if commit:
@@ -561,7 +584,11 @@ class Engine:
                 if wrote:
                     state.filegate.committed()
         finally:
-            self.release(state)
+            try:
+                if resync is not None:
+                    conn.control(f"PRAGMA synchronous = {int(resync)} -- litegate")
+            finally:
+                self.release(state)
 
     def release(self, state: ProcessState) -> None:
         """The write connection is free again and the gate goes back; a

@@ -35,10 +35,10 @@ def always_ship(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv("LITEGATE_COMBINE_QUIET_MS", "inf")  # (spawned clients)
 
 
-def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any) -> None:
+def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any, profile: str) -> None:
     """A process that opens the file first, so it combines, and serves until
     told to stop (``hold``: it holds the write gate until ``hold`` clears)."""
-    db = litegate.connect(path, combine=True, timeout=30)
+    db = litegate.connect(path, combine=True, timeout=30, profile=profile)
     db.execute("INSERT INTO t(v) VALUES ('combiner')")  # its own writes go in too
     ready.put(db.stats()["writes"]["combined"]["this_process_combines"])
     while not stop.wait(0.01):
@@ -47,12 +47,16 @@ def _combiner(path: str, ready: Any, stop: Any, hold: Any, out: Any) -> None:
                 ready.put("holding")
                 while hold.is_set():
                     stop.wait(0.01)
-    out.put(db.stats()["writes"]["combined"])
+    with db.write() as conn:  # (its writer's own level, after every turn)
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+    out.put({**db.stats()["writes"]["combined"], "synchronous": level})
     db.close()
 
 
 @contextmanager
-def combiner(path: str, method: str = "spawn", crash: str = "") -> Iterator[dict[str, Any]]:
+def combiner(
+    path: str, method: str = "spawn", crash: str = "", profile: str = "default"
+) -> Iterator[dict[str, Any]]:
     ctx: Any = mp.get_context(method)
     ready, out = ctx.Queue(), ctx.Queue()
     stop, hold = ctx.Event(), ctx.Event()
@@ -60,7 +64,9 @@ def combiner(path: str, method: str = "spawn", crash: str = "") -> Iterator[dict
     if crash:
         os.environ["LITEGATE_COMBINER_CRASH"] = crash
     try:
-        proc = ctx.Process(target=_combiner, args=(path, ready, stop, hold, out), daemon=True)
+        proc = ctx.Process(
+            target=_combiner, args=(path, ready, stop, hold, out, profile), daemon=True
+        )
         proc.start()
     finally:
         os.environ.clear()
@@ -155,6 +161,64 @@ def test_writes_of_another_process_commit_in_the_combiners_transactions(
     assert c["stats"]["served_batches"] == stats["shipped_batches"]
     assert c["stats"]["served_statements"] == 8 * 40 + 1  # (an executemany is one)
     assert c["stats"]["turns"] <= c["stats"]["served_batches"]
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "in_turn"),
+    [("default", "conservative", 2), ("default", "default", 1), ("conservative", "default", 2)],
+)
+def test_a_turn_commits_as_durably_as_its_most_demanding_process_asks(
+    path: str, theirs: str, ours: str, in_turn: int
+) -> None:
+    """A client on synchronous=FULL (the conservative profile) whose batch
+    goes to a combiner on NORMAL: the turn that commits it runs with FULL
+    (its COMMIT syncs the WAL), so the write that returns is as durable as
+    the client's own settings say; the combiner's writer is back at its own
+    level after. (It was committed with the combiner's NORMAL: acknowledged,
+    and lost to a power cut.) A NORMAL client's batch in a FULL combiner's
+    turn gets FULL, as everything that combiner commits."""
+    with combiner(path, profile=theirs) as c:
+        db = litegate.connect(path, combine=True, timeout=30, profile=ours)
+        seen = db.execute("PRAGMA synchronous").rows  # (read in the turn that runs it)
+        db.execute("INSERT INTO t(v) VALUES ('x')")
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert seen == [(in_turn,)]
+    assert stats["shipped_batches"] == c["stats"]["served_batches"] == 2
+    assert c["stats"]["synchronous"] == (2 if theirs == "conservative" else 1)
+    assert [v for _, v in rows(path)] == ["combiner", "x"]
+
+
+@pytest.mark.parametrize("profile", ["default", "conservative"])
+def test_a_turn_raises_the_sync_level_for_itself_and_gives_it_back(path: str, profile: str) -> None:
+    """GroupCommit.in_turn(sync_level=2) on a writer with less (NORMAL): the
+    transaction runs with FULL and the writer is back at NORMAL before the
+    gate goes, also when the turn fails; a writer with as much already
+    (FULL) runs as it is."""
+    db = litegate.connect(path, profile=profile)
+    batcher = db._process_state().batcher
+    own = 2 if profile == "conservative" else 1
+
+    def synchronous(conn: Any) -> int:
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    def fails(conn: Any) -> None:
+        conn.execute("INSERT INTO t(v) VALUES ('x')")
+        raise ZeroDivisionError
+
+    try:
+        assert batcher.sync_level == own
+        assert batcher.in_turn(synchronous, None, sync_level=2) == 2
+        with db.write() as conn:
+            assert synchronous(conn) == own
+        with pytest.raises(ZeroDivisionError):
+            batcher.in_turn(fails, None, sync_level=2)
+        with db.write() as conn:
+            assert synchronous(conn) == own
+        assert batcher.in_turn(synchronous, None, sync_level=1) == own  # (never lowered)
+    finally:
+        db.close()
+    assert rows(path) == []
 
 
 def test_a_lone_threads_writes_ship_without_the_group_commits_queue(
