@@ -280,18 +280,24 @@ def test_a_write_inside_db_write_of_a_client_is_refused(path: str) -> None:
     assert stats["shipped_batches"] == 1
 
 
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [("default", "default"), ("conservative", "conservative"), ("default", "conservative")],
+)
 @pytest.mark.parametrize("step", CRASH_STEPS)
 def test_a_combiner_killed_at_any_step_applies_each_write_exactly_once(
-    path: str, step: str
+    path: str, step: str, theirs: str, ours: str
 ) -> None:
     """The combiner SIGKILLs itself at one step of the protocol (request
     received; statements run, not committed; committed, not answered; half
-    answered). The client settles its batch at home through the gate, once:
+    answered), on either profile and with a client on FULL whose batches
+    raise a NORMAL combiner's turns to FULL. The client settles its batch at
+    home through the gate, once:
     the record says whether it committed. Every write is in the file
     exactly once and every call got its own row's id; the client then
     combines (it took the role)."""
-    with combiner(path, crash=step) as c:
-        db = litegate.connect(path, combine=True, timeout=30)
+    with combiner(path, crash=step, profile=theirs) as c:
+        db = litegate.connect(path, combine=True, timeout=30, profile=ours)
         answers = {f"x{i}": db.execute("INSERT INTO t(v) VALUES (?)", (f"x{i}",)).lastrowid
                    for i in range(20)}  # fmt: skip
         c["proc"].join(30)
