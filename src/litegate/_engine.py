@@ -49,6 +49,7 @@ from ._guard import (
     WriterConnection,
     close_connection,
     is_denied,
+    set_synchronous,
 )
 from ._profiles import PragmaValue
 from ._stats import WaitHistogram
@@ -177,7 +178,7 @@ class _BatchWriter:
         own = self._state.sync_level
         if level <= own:
             return None
-        conn.control(f"PRAGMA synchronous = {int(level)} -- litegate")
+        conn.control(set_synchronous(level))
         return own
 
 
@@ -586,7 +587,7 @@ class Engine:
         finally:
             try:
                 if resync is not None:
-                    conn.control(f"PRAGMA synchronous = {int(resync)} -- litegate")
+                    conn.control(set_synchronous(resync))
             finally:
                 self.release(state)
 

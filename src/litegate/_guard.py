@@ -38,6 +38,13 @@ SAVEPOINT = "SAVEPOINT litegate_member -- litegate"
 RELEASE = "RELEASE litegate_member -- litegate"
 ROLLBACK_TO = "ROLLBACK TO litegate_member -- litegate"
 
+
+def set_synchronous(level: int) -> str:
+    """litegate's own ``PRAGMA synchronous`` for one transaction of a
+    combiner's turn (raised, then set back: ``GroupCommit.in_turn``)."""
+    return f"PRAGMA synchronous = {int(level)} -- litegate"
+
+
 _OK, _DENY = sqlite3.SQLITE_OK, sqlite3.SQLITE_DENY
 _PRAGMA = sqlite3.SQLITE_PRAGMA
 _TRANSACTION = sqlite3.SQLITE_TRANSACTION
