@@ -507,6 +507,11 @@ class Combiner:
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
+        # Guards _wake_w, written by any thread to wake this one, against the
+        # thread's close of it at the end: a write after the close would go
+        # to whatever file took the number meanwhile (the database's, whose
+        # first byte it would overwrite). Held only for that one write.
+        self._wake_lock = threading.Lock()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._lock = threading.Lock()  # guards _queue, _sleeping, _stop; no I/O under it
         self._queue: deque[Work] = deque()  # in arrival order, not yet in a turn
@@ -570,8 +575,14 @@ class Combiner:
             self._queue.append(w)
             wake, self._sleeping = self._sleeping, False
         if wake:
-            with contextlib.suppress(OSError):
-                os.write(self._wake_w, b"x")
+            self._ring()
+
+    def _ring(self) -> None:
+        """Wake the thread from its poll (unless it has ended)."""
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
 
     # -- the thread -----------------------------------------------------------------
     def _serve(self) -> None:
@@ -592,6 +603,8 @@ class Combiner:
                     self._show(waiting)
                 self._turn()
         finally:
+            with self._lock:  # (also when a turn raised: nothing joins the line now)
+                self._stop = True
             self._fail_queued(Closed("the combiner stopped; try again"))
             self._teardown()
 
@@ -760,8 +773,7 @@ class Combiner:
         run at home); batches still waiting for a turn get :class:`Closed`."""
         with self._lock:
             self._stop = True
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        self._ring()
         if self._thread is not threading.current_thread():
             self._thread.join(5)
 
@@ -773,7 +785,9 @@ class Combiner:
         self._selector.close()
         self._listener.close()
         os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._wake_lock:
+            os.close(self._wake_w)
+            self._wake_w = -1
 
 
 def _trusted(sock: socket.socket) -> bool:

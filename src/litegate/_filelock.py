@@ -43,6 +43,7 @@ in-process half of the gate (``FileGate``) sees to that.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import mmap
@@ -207,6 +208,11 @@ class ProcessLock:
         self._held = False
         self._closed = False
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # The helpers' descriptors (dups of ours) not yet closed: a forked
+        # child closes its copies (its helper threads did not survive the
+        # fork), or they would keep our open file, and every lock we hold on
+        # it, alive after our death, for as long as the child lives.
+        self._job_fds: set[int] = set()
         self._helpers = 0
         self._idle_helpers = 0
         self._pid = os.getpid()
@@ -564,6 +570,7 @@ class ProcessLock:
             return True
         job = _Job(os.dup(self._fd), lock, unlock)
         with self._mutex:
+            self._job_fds.add(job.fd)
             start_helper = self._idle_helpers == 0
             if start_helper:
                 self._helpers += 1
@@ -595,8 +602,12 @@ class ProcessLock:
                 fcntl.fcntl(job.fd, _SETLKW, job.lock)  # sleeps in the kernel
                 fcntl.fcntl(job.fd, _SETLK, job.unlock)
             finally:
-                os.close(job.fd)
                 with self._mutex:
+                    # (both under the mutex, which fork() takes first: a
+                    # child finds the descriptor open and in the set, or
+                    # closed and out of it)
+                    self._job_fds.discard(job.fd)
+                    os.close(job.fd)
                     job.finished = True
                     if not job.abandoned:
                         job.done.release()
@@ -721,11 +732,29 @@ class ProcessLock:
         os.close(self._fd)
         self._fd = -1
 
+    def hold_for_fork(self) -> None:
+        """fork() is next: no helper may be between closing its descriptor
+        and saying so (see :meth:`forget_after_fork`). Held for microseconds
+        at a time, never while waiting."""
+        self._mutex.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self._mutex.release()
+
     def forget_after_fork(self) -> None:
         """In a forked child: drop our copies without touching the locks, which
-        (OFD locks being shared with the parent's descriptor) are the parent's."""
+        (OFD locks being shared with the parent's descriptor) are the parent's.
+        The copies of the helpers' descriptors too: the helpers stayed in the
+        parent, and a copy left open would keep the parent's locks after the
+        parent died (a gate held by a SIGKILLed process, never given back
+        while this child lives)."""
         self._closed = True
         self._held = False
+        self._mutex = threading.Lock()  # (held for the fork by the parent's thread)
+        for fd in self._job_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._job_fds = set()
         for word in (self._wake, self._want):
             if word is not None:
                 word.release()

@@ -143,6 +143,7 @@ def _index_reset_is_harmless(path: str) -> bool:
 FORK_WAIT_SECONDS = 5.0
 _HELD_FOR_FORK: list[FileGate] = []
 _CALLS_HELD_FOR_FORK: list[Checkpointer] = []
+_PLOCKS_HELD_FOR_FORK: list[ProcessLock] = []
 # Files a copy of a transaction could not be closed on (in a forked child).
 _FORK_BLOCKED: set[str] = set()
 # Per forking thread: the pipe its child signals on once its copies are closed.
@@ -196,9 +197,18 @@ def _before_fork() -> None:
                 _HELD_FOR_FORK.append(gate)
         except QueueClosed:  # pragma: no cover - the shared lock is never closed
             pass
+    # last, for microseconds: no helper of the cross-process queue between
+    # closing its descriptor and saying so (the child closes its copies)
+    for gate in gates:
+        gate.plock.hold_for_fork()
+        _PLOCKS_HELD_FOR_FORK.append(gate.plock)
 
 
 def _after_fork_in_parent() -> None:
+    plocks = list(_PLOCKS_HELD_FOR_FORK)
+    _PLOCKS_HELD_FOR_FORK.clear()
+    for plock in plocks:
+        plock.after_fork_in_parent()
     held = list(_HELD_FOR_FORK)
     _HELD_FOR_FORK.clear()
     for gate in held:
@@ -222,6 +232,7 @@ def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()  # the parent's may have been held at the fork
     _HELD_FOR_FORK.clear()
+    _PLOCKS_HELD_FOR_FORK.clear()  # (forget_after_fork makes each its own mutex)
     _CALLS_HELD_FOR_FORK.clear()  # (the checkpointers are the parent's: dropped below)
     _FORK_BLOCKED.clear()
     try:
@@ -761,7 +772,15 @@ class FileGate:
             arrive, granted, queued, ticket, head, b = self._grant
             self._grant = None
             _grantlog.record(
-                arrive, granted, time.monotonic_ns(), queued, ticket, head, b.overtakes, b.seconds
+                arrive,
+                granted,
+                time.monotonic_ns(),
+                queued,
+                ticket,
+                head,
+                b.overtakes,
+                b.seconds,
+                self.path,
             )
         lock = self.lock
         plock = self.plock

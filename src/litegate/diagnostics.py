@@ -6,11 +6,12 @@ these names and nothing private, so a change inside the core that keeps
 them keeps the lab working; your own benchmarks may use them too.
 
 The grant log records every grant of a file's write gate (who, when it
-asked, when it got it, when it let go, its place in the cross-process line),
-one file per process in a folder; :func:`check_grants` measures the
-fairness bounds on it (mutual exclusion, ticket order, overtakes, time at
-the head). It costs a clock read and a line per grant, so it is off unless
-switched on::
+asked, when it got it, when it let go, its place in the cross-process line,
+which database), one file per process in a folder; :func:`check_grants`
+measures the fairness bounds on it, for each database's gate apart (mutual
+exclusion, ticket order, overtakes, time at the head), and
+``read_grants(folder, file=path)`` keeps one database's grants. It costs a
+clock read and a line per grant, so it is off unless switched on::
 
     from litegate import diagnostics
 

@@ -203,6 +203,10 @@ class SoakResult:
     acknowledged: int = 0
     lost: int = 0
     twice: int = 0  # writes applied more than once (combined writes must never be)
+    # grants of other databases' gates logged meanwhile (by whom, which file):
+    # the soak's process logs every gate it takes, and a test run before it
+    # may have left a thread writing to a file of its own
+    elsewhere: list[str] = field(default_factory=list)
     check: dict[str, int] = field(default_factory=dict)
     checkpoints: ckptlog.CheckResult | None = None
     problems: list[str] = field(default_factory=list)
@@ -220,6 +224,7 @@ class SoakResult:
             f"{c.get('free_gaps', '-')} free gaps (worst wait past a time budget "
             f"{c.get('worst_over_budget_ns', 0) / 1e6:.1f} ms, worst free gap "
             f"{c.get('worst_free_gap_ns', 0) / 1e6:.1f} ms); "
+            + (f"not checked: {'; '.join(self.elsewhere)}; " if self.elsewhere else "")
             + (f"checkpoints: {self.checkpoints.summary()}; " if self.checkpoints else "")
             + ("OK" if not self.problems else "PROBLEMS: " + "; ".join(self.problems))
         )
@@ -379,7 +384,9 @@ def run(
         result.lost = len(acknowledged - committed)
         if result.lost:
             result.problems.append(f"{result.lost} acknowledged writes are not in the database")
-        log = _grantlog.read(grants_folder)
+        every = _grantlog.read(grants_folder)
+        log = _grantlog.read(grants_folder, file=path)
+        result.elsewhere = _elsewhere(every, os.path.realpath(path))
         result.grants = len(log)
         result.check = _grantlog.check(log, SLACK_NS)
         for what in ("overlaps", "out_of_order", "over_overtakes", "over_budget", "free_gaps"):
@@ -390,6 +397,15 @@ def run(
             result.checkpoints = ckptlog.check(ckpt_folder, kills, end_ns)
             result.problems += result.checkpoints.problems()
     return result
+
+
+def _elsewhere(log: list[_grantlog.Grant], path: str) -> list[str]:
+    """The grants of other files' gates in the log, counted by process and file."""
+    counts: dict[tuple[int, str], int] = {}
+    for g in log:
+        if g.file != path:
+            counts[g.pid, g.file] = counts.get((g.pid, g.file), 0) + 1
+    return [f"{n} grants by pid {pid} on {file!r}" for (pid, file), n in sorted(counts.items())]
 
 
 def _overlapping(log: list[_grantlog.Grant], kills: dict[int, tuple[int, int]]) -> list[str]:

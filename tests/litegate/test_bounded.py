@@ -156,6 +156,49 @@ def test_the_checks_catch_overlapping_holders() -> None:
     assert _grantlog.check([a, b])["worst_overlap_ns"] == 10  # by how much
 
 
+def test_the_checks_measure_each_files_gate_apart() -> None:
+    """Two databases' gates are two gates: a process holding one while another
+    holds the other is no overlap (a foreign file's grants in the soak's log
+    showed as "two holders at once"). Within one file it still is, and the
+    counts add up over the files."""
+    a = Grant(0, 10, 30, 1, 1, False, -1, 0, 16, 2000, "/x/a.db")
+    b = Grant(0, 20, 40, 2, 1, False, -1, 0, 16, 2000, "/x/b.db")
+    assert _grantlog.check([a, b])["overlaps"] == 0
+    assert _grantlog.check([a, b])["worst_overlap_ns"] == 0  # (one grant a file: no pair)
+    c = Grant(0, 25, 50, 3, 1, False, -1, 0, 16, 2000, "/x/a.db")
+    d = Grant(0, 60, 70, 3, 1, False, -1, 0, 16, 2000, "/x/b.db")
+    seen = _grantlog.check([a, b, c, d])
+    assert (seen["grants"], seen["overlaps"], seen["worst_overlap_ns"]) == (4, 1, 5)
+
+
+def test_each_grant_is_logged_with_its_file(tmp_path: Path) -> None:
+    """A write to a second database inside a write to the first logs two
+    grants held at once, on two files: read() tells them apart (and keeps one
+    file's when asked), check() finds no overlap."""
+    folder = str(tmp_path / "grants")
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    link = tmp_path / "link.db"
+    link.symlink_to(first)
+    with (
+        _grantlog.logging_to(folder),
+        litegate.connect(str(link)) as one,
+        litegate.connect(str(second)) as two,
+        one.write() as c1,
+    ):
+        c1.execute("CREATE TABLE t(x)")
+        with two.write() as c2:
+            c2.execute("CREATE TABLE t(x)")
+    grants = _grantlog.read(folder)
+    assert [(g.file, g.pid) for g in grants] == [
+        (os.path.realpath(first), os.getpid()),
+        (os.path.realpath(second), os.getpid()),
+    ]
+    assert grants[0].grant_ns < grants[1].grant_ns < grants[1].release_ns < grants[0].release_ns
+    assert _grantlog.check(grants)["overlaps"] == 0
+    assert _grantlog.read(folder, file=str(link)) == grants[:1]  # (resolved as the gate does)
+    assert _grantlog.read(folder, file=str(second)) == grants[1:]
+
+
 def test_the_checks_catch_an_overrun_budget() -> None:
     head = Grant(0, 1000, 1100, 1, 1, True, 7, 10, 2, 2000)
     bargers = [Grant(0, 20 + 10 * i, 25 + 10 * i, 2, 1, False, -1, 0, 2, 2000) for i in range(5)]

@@ -611,3 +611,46 @@ def test_a_turn_is_bounded_in_time_and_the_rest_waits_for_the_next(path: str) ->
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT client FROM litegate_combined").fetchall() == [(1,)]
     db.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_combiner_whose_thread_ended_takes_no_batch_and_writes_to_no_reused_descriptor(
+    path: str, tmp_path: Any
+) -> None:
+    """The combiner's thread ends (here: a turn raises): a batch offered
+    after that gets Closed at once, not a wait for a turn that never comes;
+    and stopping it later does not write its wake-up byte to the descriptor
+    number its pipe had, which another file may have taken meanwhile (the
+    database, whose first byte it would overwrite)."""
+    import fcntl
+    import time
+
+    db = litegate.connect(path, combine=True, timeout=30)
+    db.execute("INSERT INTO t(v) VALUES ('first')")  # this process combines
+    combiner_ = db._process_state().filegate.combiner
+    assert combiner_ is not None
+    number = combiner_._wake_w
+
+    def boom() -> None:
+        raise RuntimeError("a turn failed")
+
+    combiner_._turn = boom  # type: ignore[method-assign]
+    os.write(number, b"x")  # (wakes the thread: its next turn raises)
+    combiner_._thread.join(10)
+    assert not combiner_._thread.is_alive()
+    late: list[_combine.Statement] = [("INSERT INTO t(v) VALUES ('late')", (), False)]
+    with pytest.raises(litegate.Closed):
+        combiner_.submit_local(late, time.monotonic() + 2)
+    with pytest.raises(OSError, match="Bad file descriptor"):  # free: another file may take it
+        fcntl.fcntl(number, fcntl.F_GETFD)
+    other = tmp_path / "other"
+    fd = os.open(other, os.O_RDWR | os.O_CREAT, 0o600)
+    if fd != number:
+        os.dup2(fd, number)
+        os.close(fd)
+    try:
+        db.close()  # stops the combiner
+    finally:
+        os.close(number)
+    assert other.read_bytes() == b""
+    assert [v for _, v in rows(path)] == ["first"]

@@ -159,3 +159,52 @@ def test_another_process_never_sees_a_record_half_written(tmp_path: Path) -> Non
     lock.close()
     assert reads > 10_000
     assert torn == 0, f"{torn} of {reads} reads saw a half-written record"
+
+
+def _sidecar_fds(path: str) -> list[int]:
+    """This process's descriptors open on ``path``."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == path:
+                out.append(int(name))
+        except OSError:
+            pass  # (the listing's own descriptor, gone)
+    return out
+
+
+def test_a_forked_child_keeps_no_copy_of_a_waiting_helpers_descriptor(tmp_path: Path) -> None:
+    """A thread queued behind another process's sleeper waits in the kernel
+    through a helper thread, on a dup of the lock's descriptor. A child
+    forked meanwhile got a copy of that dup: unless it closes it, the
+    parent's open file, and every lock the parent holds on it, lives on
+    after the parent dies, for as long as the child lives (a gate held by
+    a SIGKILLed parent, never given back)."""
+    path = os.path.realpath(str(tmp_path / "x-litegate"))
+    holder, head, mine = (ProcessLock(path) for _ in range(3))
+    assert holder.acquire(1)
+    waiters = [threading.Thread(target=lock.acquire, args=(30,)) for lock in (head, mine)]
+    waiters[0].start()
+    wait_until(lambda: head.contended == 1)
+    before = len(_sidecar_fds(path))  # (each lock's, and its mmap's own dup)
+    waiters[1].start()  # behind head: waits for head's slot through a helper
+    wait_until(lambda: len(_sidecar_fds(path)) == before + 1)  # the helper's dup
+    pid = os.fork()
+    if pid == 0:  # child: the copies go, as the fork hooks make them go
+        code = 99
+        try:
+            for lock in (holder, head, mine):
+                lock.forget_after_fork()
+            code = len(_sidecar_fds(path))
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # no descriptor on the lock file left
+    holder.release()
+    waiters[0].join(10)
+    head.release()
+    waiters[1].join(10)
+    assert mine.held
+    mine.release()
+    for lock in (holder, head, mine):
+        lock.close()
