@@ -109,6 +109,14 @@ def orphan_log(path: str) -> str:
     return ""
 
 
+def _not_ours_to_write(path: str) -> bool:
+    """``path`` exists and this process may not read and write it. (A file
+    that goes away meanwhile is no finding: another process's last
+    connection deletes the -shm and -wal as it closes, and os.access()
+    says False for a file that is not there.)"""
+    return os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK) and os.path.exists(path)
+
+
 def check_path(path: str) -> None:
     """Refuse, with an OpenError that says what to do, a database path that
     litegate cannot or must not open (before anything is opened)."""
@@ -136,7 +144,7 @@ def check_path(path: str) -> None:
             f"{path!r} is a directory; pass the path of a database file, "
             f"e.g. {os.path.join(path, 'app.db')!r}"
         )
-    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+    if _not_ours_to_write(path):
         raise OpenError(
             f"{path!r} is read-only for this process; litegate writes to it. Make it writable "
             "for this user (chmod u+w, or g+w and a shared group) or work on a copy"
@@ -161,7 +169,7 @@ def check_path(path: str) -> None:
             f"{', '.join(missing)} there; make the directory writable or move the database"
         )
     for p in companions[1:]:
-        if os.path.exists(p) and not os.access(p, os.R_OK | os.W_OK):
+        if _not_ours_to_write(p):
             raise OpenError(
                 f"{p!r} is read-only for this process, and every process that opens the "
                 "database writes it. Give this user write access to it as to the database "

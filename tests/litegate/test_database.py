@@ -8,6 +8,7 @@ write, file permissions) take ``sync_db`` or connect directly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -533,3 +534,32 @@ def test_read_only_directory(shared_tmp: Path) -> None:
     assert "WAL mode must create" in out
     assert "new.db-wal" in out
     assert not p.exists()
+
+
+@pytest.mark.parametrize("companion", ["-shm", "-wal"])
+def test_a_companion_deleted_while_it_is_looked_at_is_no_read_only_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, companion: str
+) -> None:
+    """Another process's last connection deletes the -shm (and -wal) as it
+    closes. One that goes between our look at it and the access check is
+    not "read-only for this process" (os.access says False for a file that
+    is not there): the open goes on, and SQLite creates it again."""
+    p = tmp_path / "app.db"
+    with closing(sqlite3.connect(p)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t(a)")
+    (tmp_path / f"app.db{companion}").write_bytes(b"")  # (as a live process has it)
+    real_access = os.access
+
+    def another_process_closes_first(path: Any, mode: int, **kw: Any) -> bool:
+        if str(path).endswith(companion):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return real_access(path, mode, **kw)
+
+    monkeypatch.setattr(os, "access", another_process_closes_first)
+    db = litegate.connect(str(p))
+    monkeypatch.undo()
+    db.execute("INSERT INTO t VALUES (1)")
+    assert db.query("SELECT a FROM t") == [(1,)]
+    db.close()
