@@ -84,6 +84,17 @@ class _Log:
 _LOG: _Log | None = _Log(os.environ[ENV]) if os.environ.get(ENV) else None
 
 
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the log's lock at the fork: the
+    child's copy would stay taken, and its first grant wait for it forever."""
+    if _LOG is not None:
+        _LOG.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def enable(folder: str | None) -> None:
     """Log grants into ``folder`` from now on (None: stop). Child processes
     started afterwards inherit it through the environment."""

@@ -199,6 +199,33 @@ def test_each_grant_is_logged_with_its_file(tmp_path: Path) -> None:
     assert _grantlog.read(folder, file=str(second)) == grants[1:]
 
 
+def test_a_child_forked_while_the_log_was_being_written_can_log(tmp_path: Path) -> None:
+    """A thread of the parent writing a line at the fork left the log's lock
+    taken in the child: its first grant waited for it forever."""
+    folder = str(tmp_path / "grants")
+    with _grantlog.logging_to(folder):
+        log = _grantlog.active()
+        assert log is not None
+        with log.lock:  # as a thread writing its line at that moment holds it
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    _grantlog.record(0, 1, 2, False, -1, 0, 16, 0.002, "/x/a.db")
+                    code = 0
+                finally:
+                    os._exit(code)
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child waited for the parent's lock of the grant log")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert [(g.pid, g.file) for g in _grantlog.read(folder)] == [(pid, "/x/a.db")]
+
+
 def test_the_checks_catch_an_overrun_budget() -> None:
     head = Grant(0, 1000, 1100, 1, 1, True, 7, 10, 2, 2000)
     bargers = [Grant(0, 20 + 10 * i, 25 + 10 * i, 2, 1, False, -1, 0, 2, 2000) for i in range(5)]
