@@ -568,8 +568,8 @@ class ProcessLock:
         else:
             fcntl.fcntl(self._fd, _SETLK, unlock)
             return True
-        job = _Job(os.dup(self._fd), lock, unlock)
-        with self._mutex:
+        with self._mutex:  # (the dup and its note at once, as fork() sees them)
+            job = _Job(os.dup(self._fd), lock, unlock)
             self._job_fds.add(job.fd)
             start_helper = self._idle_helpers == 0
             if start_helper:
