@@ -14,6 +14,20 @@ from litegate.django.cache._store import forget_store
 MakeCache = Callable[..., LitegateCache]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_store_outlives_its_module() -> Iterator[None]:
+    """Close every cache file a module's tests opened and left open (a
+    forked child's test, the app database's): their sweepers would go on
+    writing, in the test process, through every later test (the chaos soak
+    logged their grants among its own)."""
+    from litegate.django.cache import _store
+
+    before = set(_store._STORES)
+    yield
+    for path in set(_store._STORES) - before:
+        forget_store(path)
+
+
 @pytest.fixture
 def make_cache(tmp_path: Path) -> Iterator[MakeCache]:
     """``make_cache(**OPTIONS)``: a cache on ``tmp_path/cache.sqlite3``
