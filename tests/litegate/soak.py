@@ -391,8 +391,9 @@ def run(
         if result.lost:
             result.problems.append(f"{result.lost} acknowledged writes are not in the database")
         every = _grantlog.read(grants_folder)
-        log = _grantlog.read(grants_folder, file=path)
-        result.elsewhere = _elsewhere(every, os.path.realpath(path))
+        own = os.path.realpath(path)
+        log = [g for g in every if g.file == own]
+        result.elsewhere = _elsewhere(every, own)
         result.grants = len(log)
         result.check = _grantlog.check(log, SLACK_NS)
         for what in ("overlaps", "out_of_order", "over_overtakes", "over_budget", "free_gaps"):
