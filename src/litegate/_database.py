@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-from . import _maintenance
+from . import _interrupts, _maintenance
 from ._batch import Request, check_transact_fn
 from ._busy import BusyStrategy, get_strategy
 from ._closing import CloseHooks
@@ -463,6 +463,7 @@ def connect(
     # -wal and -shm).
     full = os.path.realpath(os.path.abspath(raw))
     check_path(full)
+    _interrupts.install()  # Ctrl-C never lands inside the gate's bookkeeping
     return Database(
         full,
         readers=readers,
