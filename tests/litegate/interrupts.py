@@ -153,6 +153,25 @@ def _rows(path: str) -> int:
         conn.close()
 
 
+def _after(db: litegate.Database, path: str, other: Any) -> tuple[list[str], bool]:
+    """The checks after an interrupt: another process writes, SQLite's write
+    lock is free, this Database's next write succeeds. What broke, and
+    whether that next write went in."""
+    wrong = []
+    other.send(path)
+    answer = other.recv()
+    if answer != "ok":
+        wrong.append(f"another process's write: {answer}")
+    if not _sqlite_free(path):
+        wrong.append("SQLite write lock held")
+    try:
+        db.execute("INSERT INTO t(v) VALUES ('next')")
+    except litegate.Error as exc:
+        wrong.append(f"next write: {type(exc).__name__}: {str(exc)[:80]}")
+        return wrong, False
+    return wrong, True
+
+
 def run(op: str, cold: bool, other: Any, first: bool = False) -> dict[str, Any]:
     broken: list[dict[str, Any]] = []
     folder = tempfile.mkdtemp(prefix="litegate-interrupts-")
@@ -195,20 +214,10 @@ def run(op: str, cold: bool, other: Any, first: bool = False) -> dict[str, Any]:
             time.sleep(0.01)  # (a second one would land here)
         except KeyboardInterrupt:
             interrupts += 1
-        wrong = []
+        wrong, next_ok = _after(db, path, other)
+        written += next_ok
         if interrupts != 1:
-            wrong.append(f"{interrupts} interrupts")
-        other.send(path)
-        answer = other.recv()
-        if answer != "ok":
-            wrong.append(f"another process's write: {answer}")
-        if not _sqlite_free(path):
-            wrong.append("SQLite write lock held")
-        try:
-            db.execute("INSERT INTO t(v) VALUES ('next')")
-            written += 1
-        except litegate.Error as exc:
-            wrong.append(f"next write: {type(exc).__name__}: {str(exc)[:80]}")
+            wrong.insert(0, f"{interrupts} interrupts")
         if _rows(path) != written:
             wrong.append(f"{_rows(path)} rows, {written} writes returned")
         if wrong:
@@ -227,12 +236,13 @@ def storm(seconds: float, other: Any) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="litegate-interrupts-")
     path = _fresh(folder, 0)
     db = litegate.connect(path, timeout=1)
-    stop = threading.Event()
+    go, stop = threading.Event(), threading.Event()
     main = threading.main_thread().ident
     assert main is not None
     rng = random.Random(7)
 
     def send() -> None:
+        go.wait()
         while not stop.wait(rng.uniform(0.0001, 0.003)):
             signal.pthread_kill(main, signal.SIGINT)
 
@@ -240,10 +250,11 @@ def storm(seconds: float, other: Any) -> dict[str, Any]:
     acked = interrupts = errors = 0
     ops = ("write", "execute", "transact")
     end = time.monotonic() + seconds
-    sender.start()
+    sender.start()  # (it sends nothing before ``go``: set where an interrupt is caught)
     i = 0
     while True:
         try:
+            go.set()
             if time.monotonic() >= end:
                 stop.set()
                 sender.join()
@@ -256,18 +267,8 @@ def storm(seconds: float, other: Any) -> dict[str, Any]:
             interrupts += 1
         except litegate.Error:
             errors += 1
-    wrong = []
-    other.send(path)
-    answer = other.recv()
-    if answer != "ok":
-        wrong.append(f"another process's write: {answer}")
-    if not _sqlite_free(path):
-        wrong.append("SQLite write lock held")
-    try:
-        db.execute("INSERT INTO t(v) VALUES ('next')")
-        acked += 1
-    except litegate.Error as exc:
-        wrong.append(f"next write: {type(exc).__name__}: {str(exc)[:80]}")
+    wrong, next_ok = _after(db, path, other)
+    acked += next_ok
     rows = _rows(path)
     # (an interrupt that lands after a write returned and before the loop
     # counts it: a row more than counted, at most one per interrupt)
@@ -316,14 +317,7 @@ def queued(op: str, other: Any) -> dict[str, Any]:
         if gone.is_set():
             wrong.append("the interrupt waited for the gate")
     holder.join(30)
-    other.send(path)
-    answer = other.recv()
-    if answer != "ok":
-        wrong.append(f"another process's write: {answer}")
-    try:
-        db.execute("INSERT INTO t(v) VALUES ('next')")
-    except litegate.Error as exc:
-        wrong.append(f"next write: {type(exc).__name__}: {str(exc)[:80]}")
+    wrong += _after(db, path, other)[0]
     if _rows(path) != 2:
         wrong.append(f"{_rows(path)} rows, 2 writes returned")
     db.close()
