@@ -186,11 +186,3 @@ def install() -> bool:
             signal.signal(signal.SIGINT, _handler)
         _installed = True
     return True
-
-
-def uninstall() -> None:
-    """Python's default handler again, if litegate's is in place."""
-    if threading.current_thread() is threading.main_thread():
-        with _lock:
-            if signal.getsignal(signal.SIGINT) is _handler:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
