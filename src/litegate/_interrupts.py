@@ -39,14 +39,12 @@ from typing import Any
 # How soon a deferred interrupt is tried again (seconds).
 RETRY_S = 0.002
 
-_CORE = os.path.dirname(os.path.abspath(__file__))
+_CORE = os.path.dirname(os.path.realpath(__file__))
 _STDLIB = tuple(
     os.path.realpath(p) + os.sep
     for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
 )
 
-_lock = threading.Lock()  # guards _installed; no I/O under it
-_installed = False
 deferred = 0  # interrupts deferred so far (tests read it)
 
 # The retry: a thread of its own sends the signal again. The handler only
@@ -64,7 +62,10 @@ _retrier: threading.Thread | None = None
 # queue cleanly on any exception (see their ``except BaseException``).
 _WAITS: frozenset[CodeType] = frozenset()
 _WAITERS: frozenset[CodeType] = frozenset()
-_core_files: dict[str, bool] = {}
+# What each code file is: litegate's core, the standard library, or other
+# (cached: the handler walks frames and should not ask the filesystem twice).
+_CORE_FILE, _STDLIB_FILE, _OTHER_FILE = 0, 1, 2
+_kinds: dict[str, int] = {}
 
 
 def _codes() -> None:
@@ -82,23 +83,29 @@ def _codes() -> None:
     )
 
 
-def _in_core(code: CodeType) -> bool:
+def _kind(code: CodeType) -> int:
+    """Is this code litegate's core (``litegate/_*.py``), the standard
+    library's, or other code?"""
+    name = code.co_filename
+    kind = _kinds.get(name)
+    if kind is None:
+        if name.startswith("<"):
+            kind = _STDLIB_FILE  # (frozen modules)
+        else:
+            path = os.path.realpath(name)
+            if os.path.dirname(path) == _CORE and os.path.basename(path).startswith("_"):
+                kind = _CORE_FILE
+            elif path.startswith(_STDLIB) and "site-packages" not in path:
+                kind = _STDLIB_FILE
+            else:
+                kind = _OTHER_FILE
+        _kinds[name] = kind
+    return kind
+
+
+def in_core(code: CodeType) -> bool:
     """Is this code litegate's core (``litegate/_*.py``)?"""
-    name = code.co_filename
-    known = _core_files.get(name)
-    if known is None:
-        path = os.path.abspath(name)
-        known = os.path.dirname(path) == _CORE and os.path.basename(path).startswith("_")
-        _core_files[name] = known
-    return known
-
-
-def _stdlib(code: CodeType) -> bool:
-    name = code.co_filename
-    if name.startswith("<"):
-        return True  # (frozen modules)
-    path = os.path.realpath(name)
-    return path.startswith(_STDLIB) and "site-packages" not in path
+    return _kind(code) == _CORE_FILE
 
 
 def deferring(frame: FrameType | None) -> bool:
@@ -108,12 +115,13 @@ def deferring(frame: FrameType | None) -> bool:
     f = frame
     while f is not None:
         code = f.f_code
-        if _in_core(code):
+        kind = _kind(code)
+        if kind == _CORE_FILE:
             if code in _WAITS:
                 caller = f.f_back
                 return caller is None or caller.f_code not in _WAITERS
             return True
-        if not _stdlib(code):
+        if kind == _OTHER_FILE:
             return False
         f = f.f_back
     return False
@@ -156,8 +164,7 @@ def _start_retrier() -> None:
 def _after_fork_in_child() -> None:
     """A forked child has no retry thread (the next ``install`` starts one;
     until then its interrupts land as Python's would)."""
-    global _lock, _kick, _retrying, _retrier
-    _lock = threading.Lock()
+    global _kick, _retrying, _retrier
     _kick = threading.Lock()
     _kick.acquire()
     _retrying = False
@@ -169,20 +176,18 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def install() -> bool:
     """Take over SIGINT from Python's default handler (see the module's
-    docstring); True if litegate's handler is in place."""
-    global _installed
+    docstring); True if litegate's handler is in place. (Only the main
+    thread changes it, so the look and the change need no lock.)"""
     if os.environ.get("LITEGATE_DEFER_CTRL_C", "1") == "0":
         return False
+    current = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread():
-        return _installed and signal.getsignal(signal.SIGINT) is _handler
-    with _lock:
-        current = signal.getsignal(signal.SIGINT)
-        if current is not _handler and current is not signal.default_int_handler:
-            return False
-        if not _WAITS:
-            _codes()
-        _start_retrier()
-        if current is not _handler:
-            signal.signal(signal.SIGINT, _handler)
-        _installed = True
+        return current is _handler
+    if current is not _handler and current is not signal.default_int_handler:
+        return False
+    if not _WAITS:
+        _codes()
+    _start_retrier()
+    if current is not _handler:
+        signal.signal(signal.SIGINT, _handler)
     return True

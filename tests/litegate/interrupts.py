@@ -49,8 +49,6 @@ from typing import Any
 import litegate
 from litegate import _interrupts
 
-CORE = os.path.dirname(os.path.abspath(litegate.__file__))
-
 
 def _fresh(folder: str, n: int) -> str:
     path = os.path.join(folder, f"k{n}.db")
@@ -89,8 +87,7 @@ class _Step:
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         code = frame.f_code
         name = code.co_filename
-        if not (os.path.dirname(os.path.abspath(name)) == CORE and
-                os.path.basename(name).startswith("_")):  # fmt: skip
+        if not _interrupts.in_core(code):  # (the handler's own test of "core")
             return self if event == "call" else None
         if event == "line":
             seen = self._seen.setdefault(id(frame), set())
