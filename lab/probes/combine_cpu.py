@@ -26,12 +26,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import pickle
 import selectors
 import shutil
 import socket
 import sqlite3
-import struct
 import tempfile
 import time
 from typing import Any
@@ -44,22 +42,26 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=8, help="client processes")
     parser.add_argument("--seconds", type=float, default=3.0, help="how long they write")
     parser.add_argument("--sync", default="NORMAL", choices=("NORMAL", "FULL"))
+    parser.add_argument(
+        "--sides", default="litegate,wire,socket", help="which of litegate, wire, socket to run"
+    )
     args = parser.parse_args()
     os.environ["LITEGATE_COMBINE_QUIET_MS"] = "inf"  # (spawned children: every write ships)
-    for side in ("litegate", "wire", "socket"):
+    for side in args.sides.split(","):
         folder = tempfile.mkdtemp(prefix="litegate-probe-")
         try:
-            rate, client, server = run(side, os.path.join(folder, "w.db"), args)
+            rate, client, server, per_turn = run(side, os.path.join(folder, "w.db"), args)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         print(
             f"{side:9s} P={args.procs}: {rate:9,.0f} writes/s; CPU per write: "
-            f"client {client:5.1f} us, combiner/server {server:5.1f} us",
+            f"client {client:5.1f} us, combiner/server {server:5.1f} us"
+            + (f"; {per_turn:.1f} writes a turn" if per_turn else ""),
             flush=True,
         )
 
 
-def run(side: str, path: str, args: argparse.Namespace) -> tuple[float, float, float]:
+def run(side: str, path: str, args: argparse.Namespace) -> tuple[float, float, float, float]:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT)")
@@ -82,11 +84,12 @@ def run(side: str, path: str, args: argparse.Namespace) -> tuple[float, float, f
     for p in clients:
         p.join(60)
     stop.set()
-    served, server_cpu = out.get(timeout=60)
+    served, server_cpu, turns = out.get(timeout=60)
     host.join(60)
     writes = sum(n for n, _ in got)
     client_cpu = sum(cpu for _, cpu in got) / writes
-    return writes / args.seconds, client_cpu * 1e6, server_cpu / max(served, 1) * 1e6
+    per_turn = served / turns if turns else 0.0
+    return writes / args.seconds, client_cpu * 1e6, server_cpu / max(served, 1) * 1e6, per_turn
 
 
 def _host(side: str, path: str, sync: str, nonce: int, ready: Any, stop: Any, out: Any) -> None:
@@ -101,8 +104,8 @@ def _host(side: str, path: str, sync: str, nonce: int, ready: Any, stop: Any, ou
         t0 = time.process_time()
         ready.set()
         stop.wait(600)
-        served = db.stats()["writes"]["combined"]["served_statements"]
-        out.put((served, time.process_time() - t0))
+        combined = db.stats()["writes"]["combined"]
+        out.put((combined["served_statements"], time.process_time() - t0, combined["turns"]))
         db.close()
         return
     _echo_server(nonce, ready, stop, out)
@@ -137,7 +140,7 @@ def _echo_server(nonce: int, ready: Any, stop: Any, out: Any) -> None:
                 continue
             _combine._send(reader.sock, ("done", message[2], [("ok", 1, 1, [])], 1))
             served += 1
-    out.put((served, time.process_time() - t0))
+    out.put((served, time.process_time() - t0, 0))
     listener.close()
 
 
@@ -167,8 +170,7 @@ def _client(
         else:
             sock = shipper._sock
             assert sock is not None
-            body = pickle.dumps(("run", 1, 1, statements))
-            frame = struct.pack("!I", len(body)) + body
+            frame = _combine._frame(("run", 1, 1, statements, 1))
 
             def one() -> None:
                 sock.sendall(frame)

@@ -103,12 +103,12 @@ def in_threads(fn: Callable[[int], None], n: int) -> None:
 
 def raw_client(nonce: int, message: Any) -> socket.socket:
     """A socket to the combiner published as ``nonce`` that has sent
-    ``message`` as litegate's wire frames it (a length, then a pickle), for
-    the tests that play a client by hand."""
+    ``message`` (bytes: as they are; else framed as litegate frames it, a
+    length and then the marshalled message), for the tests that play a
+    client by hand."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(_combine.address(nonce))
-    body = pickle.dumps(message)
-    sock.sendall(struct.pack("!I", len(body)) + body)
+    sock.sendall(message if isinstance(message, bytes) else _combine._frame(message))
     return sock
 
 
@@ -523,7 +523,8 @@ def test_a_batch_whose_client_went_away_before_its_turn_does_not_run(path: str) 
         assert nonce is not None
         handle["hold"].set()  # the combiner's process holds the gate: turns wait
         assert handle["ready"].get(timeout=30) == "holding"
-        gone = raw_client(nonce, ("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)]))
+        gone_insert = ("INSERT INTO t(v) VALUES ('gone')", (), False)
+        gone = raw_client(nonce, ("run", 7, 1, [gone_insert], 1))
         stays = threading.Thread(target=db.execute, args=("INSERT INTO t(v) VALUES ('stays')",))
         stays.start()
         time.sleep(0.3)  # both in line; the turn waits for the gate
@@ -553,7 +554,7 @@ def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     served, turns = combiner_.served, combiner_.turns
     with db.write():  # the turn waits for the gate
         gone = raw_client(
-            combiner_.nonce, ("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)])
+            combiner_.nonce, ("run", 7, 1, [("INSERT INTO t(v) VALUES ('gone')", (), False)], 1)
         )
         deadline = time.monotonic() + 10
         while not combiner_._remote_ns and time.monotonic() < deadline:
@@ -571,27 +572,145 @@ def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     assert [v for _, v in rows(path)] == ["first", "after"]
 
 
-def test_a_message_that_carries_code_is_refused(path: str, tmp_path: Any) -> None:
-    """What travels is data: a message whose pickle would call a function
-    (here, os.mkdir) is refused unopened and its connection dropped; the
-    combiner goes on serving."""
+class _Evil:
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
 
-    class Evil:
-        def __reduce__(self) -> tuple[Any, ...]:
-            return (os.mkdir, (str(tmp_path / "owned"),))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.folder,))
+
+
+def _pickled_frame(message: Any) -> bytes:
+    body = pickle.dumps(message)
+    return struct.pack("!I", len(body)) + body
+
+
+@pytest.mark.parametrize(
+    "kind", ["pickle-that-calls", "code-object", "wrong-shape", "wrong-statement", "not-a-frame"]
+)
+def test_a_message_that_is_not_litegates_data_is_refused(
+    path: str, tmp_path: Any, kind: str
+) -> None:
+    """What travels is data in litegate's shape: a pickle that would call a
+    function (os.mkdir: the wire is marshal, so it is never unpickled), a
+    code object (never run), a request of another shape, or bytes that
+    are no frame at all: the connection is dropped, nothing of it runs, and
+    the combiner goes on serving (the next write is answered by it)."""
+    owned = str(tmp_path / "owned")
+    insert = "INSERT INTO t(v) VALUES (?)"
+    message: Any = {
+        "pickle-that-calls": _pickled_frame(("run", 1, 1, [(insert, (_Evil(owned),), False)], 1)),
+        "code-object": ("run", 1, 1, [(insert, (compile("1", "x", "eval"),), False)], 1),
+        "wrong-shape": ("run", 1),
+        "wrong-statement": ("run", 1, 1, [(insert, ("evil",), "many")], 1),
+        "not-a-frame": struct.pack("!I", 5) + b"\xff\xff\xff\xff\xff",
+    }[kind]
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        nonce = db._process_state().filegate.combiner_nonce()
+        assert nonce is not None
+        evil = raw_client(nonce, message)
+        evil.settimeout(10)
+        if kind == "code-object":
+            # (a well-formed request: the code object reaches SQLite as a
+            # parameter, which refuses it; it is never run)
+            answer = evil.recv(65536)
+            assert _combine._decode(answer[4:])[0] == "done"
+            outcome = _combine._decode(answer[4:])[2][0]
+            assert outcome[0] == "error"
+            assert outcome[1][1] == "ProgrammingError"
+        else:
+            assert evil.recv(10) == b""  # dropped
+        evil.close()
+        shipped = db.stats()["writes"]["combined"]["shipped_batches"]
+        db.execute("INSERT INTO t(v) VALUES ('after')")
+        # (answered by the combiner: its thread goes on serving; a request of
+        # another shape ended it before 2026-11-29, and the write went home)
+        assert db.stats()["writes"]["combined"]["shipped_batches"] == shipped + 1
+        db.close()
+    assert not (tmp_path / "owned").exists()
+    assert [v for _, v in rows(path)] == ["combiner", "first", "after"]
+
+
+_AS_NOBODY = """
+import os, socket, sys, time
+os.setuid(65534)
+name = bytes.fromhex(sys.argv[2])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+if sys.argv[1] == "serve":
+    s.bind(name)
+    s.listen(1)
+    print("ready", flush=True)
+    time.sleep(60)
+else:
+    s.connect(name)
+    s.settimeout(10)
+    try:
+        s.sendall(bytes.fromhex(sys.argv[3]))
+        print(s.recv(65536).hex() or "closed", flush=True)
+    except (BrokenPipeError, ConnectionResetError):
+        print("closed", flush=True)
+"""
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "getuid") or os.getuid() != 0,
+    reason="playing another user takes root (setuid)",
+)
+
+
+@needs_root
+def test_a_process_of_another_user_is_not_served(path: str) -> None:
+    """The combiner's socket has an abstract name, which any user can reach:
+    a process of another user that sends a well-formed request is dropped
+    unserved (SO_PEERCRED), and nothing of it runs."""
+    import subprocess
+    import sys
 
     with combiner(path):
         db = litegate.connect(path, combine=True, timeout=30)
         db.execute("INSERT INTO t(v) VALUES ('first')")
         nonce = db._process_state().filegate.combiner_nonce()
         assert nonce is not None
-        evil = raw_client(nonce, ("run", 1, 1, [("INSERT INTO t(v) VALUES (?)", (Evil(),), False)]))
-        assert evil.recv(10) == b""  # dropped
-        evil.close()
+        insert = ("INSERT INTO t(v) VALUES ('nobody')", (), False)
+        frame = _combine._frame(("run", 9, 1, [insert], 1))
+        name = _combine.address(nonce).encode()
+        got = subprocess.run(
+            [sys.executable, "-c", _AS_NOBODY, "send", name.hex(), frame.hex()],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert got.stdout.strip() == "closed"  # (no answer)
         db.execute("INSERT INTO t(v) VALUES ('after')")
         db.close()
-    assert not (tmp_path / "owned").exists()
     assert [v for _, v in rows(path)] == ["combiner", "first", "after"]
+
+
+@needs_root
+def test_a_client_does_not_ship_to_a_socket_of_another_user(path: str) -> None:
+    """A client checks the combiner's credentials too: a process of another
+    user listening on the published name gets no batch; the client's
+    shipper refuses it and the write goes the way it would without a
+    combiner."""
+    import subprocess
+    import sys
+
+    nonce = 0x5EC0DE
+    name = _combine.address(nonce).encode()
+    squatter = subprocess.Popen(
+        [sys.executable, "-c", _AS_NOBODY, "serve", name.hex()],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    shipper = _combine.Shipper()
+    try:
+        assert squatter.stdout is not None
+        assert squatter.stdout.readline().strip() == "ready"
+        assert shipper.connect(nonce) is False
+    finally:
+        shipper.close()
+        squatter.kill()
+        squatter.wait(30)
+        if squatter.stdout is not None:
+            squatter.stdout.close()
 
 
 def test_a_turn_is_bounded_in_time_and_the_rest_waits_for_the_next(path: str) -> None:
