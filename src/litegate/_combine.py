@@ -114,6 +114,20 @@ except ValueError:
     _QUIET_MS = 1.0
 ALWAYS_SHIP = math.isinf(_QUIET_MS)
 ALONE = 3
+
+# A batch of one single-row statement ships only from a process whose commits
+# sync (PRAGMA synchronous FULL or EXTRA, 2 and 3): there one turn's fsync
+# serves every process's writes. Under NORMAL a commit costs no fsync, and
+# one-row writes from P single-threaded processes took turns at the gate
+# faster than one combiner thread committed them (``litegate bench micro
+# --only processes --proc-sides sqlite3,execute,combined``: shipped, 1.02,
+# 0.38 and 0.58 x the turns' writes/s at P = 2, 4, 8; under FULL 0.99,
+# 1.45 and 2.64 x). Larger batches (a process's threads' writes grouped, an
+# executemany, the queue's operations) ship at every level: the queue's
+# batches of 100 went 1.1-1.4 x faster combined under NORMAL.
+# LITEGATE_COMBINE_SHIP_ONE=always: they ship at every level (the lab's
+# ``shipped`` side measures the protocol itself with it).
+SHIP_ONE_FROM = 0 if os.environ.get("LITEGATE_COMBINE_SHIP_ONE") == "always" else 2
 QUIET_NS = 0 if ALWAYS_SHIP else int(_QUIET_MS * 1e6)
 
 
@@ -1055,6 +1069,9 @@ class Ship:
                 statements.append((r.sql, list(r.params) if r.many else r.params, r.many))
             else:
                 return False
+        one_row = len(statements) == 1 and statements[0][2] is False
+        if combiner is None and one_row and not self.ships_one():
+            return False  # (one row under NORMAL: its turn at the gate is faster)
         if combiner is not None:  # others' batches wait: ours joins their turn, through memory
             try:
                 outcomes = combiner.submit_local(statements, deadline)
@@ -1078,7 +1095,7 @@ class Ship:
         travel, no combiner is reachable (that way takes the role), or
         another thread of this process leads or waits (the write joins its
         batch). ``limit``: the write's timeout in seconds (inf: none)."""
-        if self.gate.combiner is not None or not _plain(params, False):
+        if self.gate.combiner is not None or not self.ships_one() or not _plain(params, False):
             return None
         if not batcher.lead_alone():
             return None
@@ -1116,6 +1133,13 @@ class Ship:
             outcomes: list[Outcome] = in_turn(settle, None)
             self.shipper.at_home += 1
             return outcomes
+
+    def ships_one(self) -> bool:
+        """Does a batch of one single-row statement ship from this client
+        process? Only if its commits sync (``SHIP_ONE_FROM``; or always, with
+        ``LITEGATE_COMBINE_SHIP_ONE=always``), or when every write ships
+        (``LITEGATE_COMBINE_QUIET_MS=inf``, the protocol's tests)."""
+        return ALWAYS_SHIP or self.shipper.sync >= SHIP_ONE_FROM
 
     def here(self, lone: bool) -> bool:
         """Does a write of this process run here, through the gate, rather

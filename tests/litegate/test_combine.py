@@ -438,10 +438,11 @@ def test_a_client_that_ships_alone_turns_in_a_row_writes_at_home(
     """Shipped batches that each had a turn to themselves, ALONE in a row,
     gained nothing: the client's next lone writes take the free gate at home
     (here the combiner never counts as quiet, so only that rule sends them
-    home)."""
+    home). The client commits with FULL: under NORMAL a one-row batch does
+    not ship at all (the next test)."""
     monkeypatch.setattr(_combine, "QUIET_NS", 1 << 63)
     with combiner(path) as c:
-        db = litegate.connect(path, combine=True, timeout=30)
+        db = litegate.connect(path, combine=True, timeout=30, profile="conservative")
         for i in range(20):
             db.execute("INSERT INTO t(v) VALUES (?)", (f"alone-{i}",))
         stats = db.stats()["writes"]["combined"]
@@ -449,6 +450,57 @@ def test_a_client_that_ships_alone_turns_in_a_row_writes_at_home(
     assert stats["shipped_batches"] == _combine.ALONE
     assert c["stats"]["served_batches"] == _combine.ALONE
     assert len(rows(path)) == 1 + 20
+
+
+@pytest.mark.adaptive
+@pytest.mark.parametrize("profile", ["default", "conservative", "default-ship-one-always"])
+def test_one_row_writes_ship_only_from_a_process_whose_commits_sync(
+    path: str, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of one single-row statement ships from a client on FULL
+    (``conservative``: one turn's fsync serves every process) and takes its
+    turn at the gate from a client on NORMAL (``default``: turns at the gate
+    measured faster than shipping there); an executemany ships from
+    either. The combiner never counts as quiet and a client never as alone
+    here, so only that rule decides (``LITEGATE_COMBINE_SHIP_ONE=always``,
+    the lab's ``shipped`` side, ships them from NORMAL too)."""
+    monkeypatch.setattr(_combine, "QUIET_NS", 1 << 63)
+    monkeypatch.setattr(_combine, "ALONE", 1 << 30)
+    if profile.endswith("-ship-one-always"):
+        monkeypatch.setattr(_combine, "SHIP_ONE_FROM", 0)  # (what the variable sets at import)
+        profile = profile.removesuffix("-ship-one-always")
+    ships = profile == "conservative" or _combine.SHIP_ONE_FROM == 0
+    with combiner(path) as c:
+        db = litegate.connect(path, combine=True, timeout=30, profile=profile)
+        for i in range(10):
+            db.execute("INSERT INTO t(v) VALUES (?)", (f"one-{i}",))
+        one_row = db.stats()["writes"]["combined"]["shipped_batches"]
+        db.executemany("INSERT INTO t(v) VALUES (?)", [("many-1",), ("many-2",)])
+        stats = db.stats()["writes"]["combined"]
+        db.close()
+    assert one_row == (10 if ships else 0)
+    assert stats["shipped_batches"] == one_row + 1  # (the executemany)
+    assert c["stats"]["served_batches"] == one_row + 1
+    assert len(rows(path)) == 1 + 10 + 2
+
+
+@pytest.mark.parametrize(("value", "level"), [(None, 2), ("always", 0), ("sometimes", 2)])
+def test_litegate_combine_ship_one_is_read_as_the_module_loads(
+    value: str | None, level: int
+) -> None:
+    """``LITEGATE_COMBINE_SHIP_ONE=always`` makes one-row batches ship from
+    every level; unset (or anything else), from FULL up."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LITEGATE_COMBINE_SHIP_ONE"}
+    if value is not None:
+        env["LITEGATE_COMBINE_SHIP_ONE"] = value
+    got = subprocess.run(
+        [sys.executable, "-c", "from litegate import _combine; print(_combine.SHIP_ONE_FROM)"],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    assert got.stdout.strip() == str(level)
 
 
 def _hogging_combiner(path: str, ready: Any, stop: Any, out: Any) -> None:

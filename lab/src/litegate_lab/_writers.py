@@ -14,8 +14,13 @@ database in WAL mode with ``synchronous=NORMAL``:
 - ``unfair``: litegate ``fair=False``, unbounded barging;
 - ``execute``: litegate's default, each write one ``db.execute()`` (group
   commit within a process, turns at the gate across processes);
-- ``combined``: the same ``db.execute()`` with ``connect(combine=True)``:
-  one process commits every process's writes in its own transactions.
+- ``combined``: the same ``db.execute()`` with ``connect(combine=True)``,
+  as a user gets it: one process commits the other processes' batches in
+  its own transactions, where shipping pays (a one-row write ships only
+  from a process on FULL; under NORMAL it takes its turn at the gate);
+- ``shipped``: ``combine=True`` with one-row writes shipped at every
+  ``synchronous`` (``LITEGATE_COMBINE_SHIP_ONE=always``): the protocol
+  itself, where ``combined`` takes turns at the gate.
 
 ``synchronous`` is NORMAL unless the caller asks for another (FULL: every
 commit an fsync, where combining pays most).
@@ -40,14 +45,16 @@ from typing import Any
 from ._procs import reap
 from ._stats import describe, jain, rsd
 
-SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair", "execute", "combined")
+SIDES = ("sqlite3", "ofd-lock", "strict", "bounded", "unfair", "execute", "combined", "shipped")
 _FAIR: dict[str, bool | str] = {
     "strict": "strict",
     "bounded": True,
     "unfair": False,
     "execute": True,
     "combined": True,
+    "shipped": True,
 }
+_COMBINING = ("combined", "shipped")
 
 
 class _OfdLock:
@@ -119,10 +126,10 @@ def _child(
             timeout=60,
             fair=_fair_of(side),
             pragmas={"synchronous": sync},
-            combine=side == "combined",
+            combine=side in _COMBINING,
         )
 
-        if side in ("execute", "combined"):
+        if side == "execute" or side in _COMBINING:
 
             def one() -> None:
                 db.execute("INSERT INTO w(v) VALUES ('x')")
@@ -200,10 +207,18 @@ def run_side(
             for _ in range(procs)
         ]
         folder = os.path.join(d, "grants")
-        # (the children inherit the log through the environment)
-        with diagnostics.grant_log(folder) if logged else nullcontext():
-            for p in ps:
-                p.start()
+        # (the children inherit the log, and the shipped side's setting,
+        # through the environment)
+        env = dict(os.environ)
+        if side == "shipped":
+            os.environ["LITEGATE_COMBINE_SHIP_ONE"] = "always"
+        try:
+            with diagnostics.grant_log(folder) if logged else nullcontext():
+                for p in ps:
+                    p.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
         got = [out.get(timeout=seconds + 120) for _ in ps]
         reap(ps, out, timeout=60)
         with closing(sqlite3.connect(path)) as conn:
