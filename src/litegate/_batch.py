@@ -651,6 +651,9 @@ class GroupCommit:
         the flusher, else nobody."""
         wake = None
         with self._mutex:
+            if not self._pending:  # (the common case: nobody came meanwhile)
+                self._leading = False
+                return
             nxt = next((r for r in self._pending if r.on_done is None), None)
             if nxt is not None:
                 nxt.state = _LEAD
@@ -658,9 +661,6 @@ class GroupCommit:
                     nxt.wake = threading.Lock()
                     nxt.wake.acquire()
                 wake = nxt.wake
-            elif not self._pending:
-                self._leading = False
-                return
         if wake is not None:
             wake.release()
         else:

@@ -671,7 +671,8 @@ def test_a_message_that_is_not_litegates_data_is_refused(
             assert _combine._decode(answer[4:])[0] == "done"
             outcome = _combine._decode(answer[4:])[2][0]
             assert outcome[0] == "error"
-            assert outcome[1][1] == "ProgrammingError"
+            # (sqlite3's error for a type it cannot bind: InterfaceError before 3.11)
+            assert outcome[1][1] in ("ProgrammingError", "InterfaceError")
         else:
             assert evil.recv(10) == b""  # dropped
         evil.close()
