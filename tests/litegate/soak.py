@@ -105,10 +105,17 @@ def _worker(w: int, inc: int, path: str, threads: int, seed: int, folder: str, p
     # One worker in three combines its writes with the others' (one of them
     # the combiner, SIGKILLed like any worker, wherever it is); half of those
     # ship every write (as clients), the rest only when the combiner is busy,
-    # writing at home through the gate when it is quiet (the default).
+    # writing at home through the gate when it is quiet (the default), and
+    # they commit with synchronous=FULL: a one-row write ships by default only
+    # from a process whose commits sync (so the other half's turns also
+    # raise the combiner's sync level for their batches).
+    every: dict[str, str | int] = {
+        "wal_autocheckpoint": CHECKPOINT_EVERY[w % len(CHECKPOINT_EVERY)]
+    }
     if w % 6 == 0:
         _combine.ALWAYS_SHIP = True
-    every = {"wal_autocheckpoint": CHECKPOINT_EVERY[w % len(CHECKPOINT_EVERY)]}
+    elif w % 6 == 3:
+        every["synchronous"] = "FULL"
     db = litegate.connect(path, timeout=limit, fair=fair, combine=w % 3 == 0, pragmas=every)
     fd = os.open(
         os.path.join(folder, f"acks-{w}-{inc}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
