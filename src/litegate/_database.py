@@ -434,9 +434,11 @@ def connect(
     - ``combine``: combine this process's single-statement writes
       (``execute``, ``executemany``) with other processes' into one
       transaction, committed by one process at a time (docs/how-it-works.md,
-      "Combined writes across processes"). Statements must mean the same in
-      every process: no SQL functions, collations or adapters registered in
-      one process only.
+      "Combined writes across processes"). A lone one-row write is combined
+      only from a process whose commits sync (``synchronous`` FULL or
+      EXTRA); under NORMAL it takes its turn at the gate, which measured
+      faster. Statements must mean the same in every process: no SQL
+      functions, collations or adapters registered in one process only.
     - ``checkpoints``: run WAL checkpoints on a background thread, one per
       file across processes (the default) instead of inside the COMMIT that
       crosses SQLite's auto-checkpoint threshold; ``"litestream"``: the
