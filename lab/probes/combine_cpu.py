@@ -14,7 +14,9 @@ so it holds the role, and writes nothing itself), three ways:
   server: the cost of a round trip between processes on this machine.
 
 Printed for each: writes/s, and CPU time per write (``time.process_time``,
-all threads) of a client and of the combiner or server. A combined write
+all threads) of a client and of the combiner or server; for ``litegate``,
+the writes a combiner's turn served on average. ``--sides`` runs some of
+the three. A combined write
 costs the client's share plus the combiner's, and the combiner is one
 thread: on 2 cores, writes/s cannot pass 2 / (their sum). ``python
 lab/probes/combine_cpu.py --procs 8``; compare with the feasibility probe's
