@@ -1058,6 +1058,9 @@ class Ship:
         if self.here(lone=False):
             return False  # through the gate, here
         combiner = self.gate.combiner
+        one_row = len(batch) == 1 and batch[0].fn is None and not batch[0].many
+        if combiner is None and one_row and not self.ships_one():
+            return False  # (one row under NORMAL: its turn at the gate is faster)
         statements: list[Statement] = []
         for r in batch:
             if r.fn is not None:
@@ -1069,9 +1072,6 @@ class Ship:
                 statements.append((r.sql, list(r.params) if r.many else r.params, r.many))
             else:
                 return False
-        one_row = len(statements) == 1 and statements[0][2] is False
-        if combiner is None and one_row and not self.ships_one():
-            return False  # (one row under NORMAL: its turn at the gate is faster)
         if combiner is not None:  # others' batches wait: ours joins their turn, through memory
             try:
                 outcomes = combiner.submit_local(statements, deadline)

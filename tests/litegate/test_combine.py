@@ -12,6 +12,8 @@ import signal
 import socket
 import sqlite3
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -490,9 +492,6 @@ def test_litegate_combine_ship_one_is_read_as_the_module_loads(
 ) -> None:
     """``LITEGATE_COMBINE_SHIP_ONE=always`` makes one-row batches ship from
     every level; unset (or anything else), from FULL up."""
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "LITEGATE_COMBINE_SHIP_ONE"}
     if value is not None:
         env["LITEGATE_COMBINE_SHIP_ONE"] = value
@@ -717,9 +716,6 @@ def test_a_process_of_another_user_is_not_served(path: str) -> None:
     """The combiner's socket has an abstract name, which any user can reach:
     a process of another user that sends a well-formed request is dropped
     unserved (SO_PEERCRED), and nothing of it runs."""
-    import subprocess
-    import sys
-
     with combiner(path):
         db = litegate.connect(path, combine=True, timeout=30)
         db.execute("INSERT INTO t(v) VALUES ('first')")
@@ -744,9 +740,6 @@ def test_a_client_does_not_ship_to_a_socket_of_another_user(path: str) -> None:
     user listening on the published name gets no batch; the client's
     shipper refuses it and the write goes the way it would without a
     combiner."""
-    import subprocess
-    import sys
-
     nonce = 0x5EC0DE
     name = _combine.address(nonce).encode()
     squatter = subprocess.Popen(
