@@ -22,3 +22,8 @@ SECRET_KEY = "django_tests_secret_key"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 USE_TZ = False
+
+if _ENGINE == "litegate.django":
+    # The tests that fail with litegate on purpose (run.py's EXPECTED) run
+    # as expected failures, so the parallel runner can report them.
+    TEST_RUNNER = "runner.ExpectedFailureRunner"
