@@ -466,11 +466,13 @@ class _Reader:
     """Messages from a socket, as few ``recv`` calls as it takes (one, for a
     small message already there), not one for the length and one more."""
 
-    __slots__ = ("_buf", "sock")
+    __slots__ = ("_buf", "out", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = bytearray()
+        # (the combiner's side: answer bytes the socket did not take yet)
+        self.out = bytearray()
 
     def next(self) -> Any:
         """The next message, waiting for it (the socket's own blocking and
@@ -504,10 +506,32 @@ class _Reader:
                 raise ConnectionError("the other end went away")
             buf += part
 
-    def pending(self) -> bool:
-        """A whole message is already read and waits here."""
+    def arrived(self) -> list[Any]:
+        """The combiner's side, on a non-blocking socket: the whole messages
+        that one receive completes (none if nothing came, or only part of a
+        message: the rest waits here for the next). Never waits: a client
+        that stops half way through a message holds up nobody else.
+        ``ConnectionError`` once the other end has gone."""
+        try:
+            part = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return []
+        if not part:
+            raise ConnectionError("the other end went away")
         buf = self._buf
-        return len(buf) >= _LEN.size and len(buf) >= _LEN.size + _LEN.unpack_from(buf)[0]
+        if not buf and len(part) >= 4 and len(part) == 4 + _LEN.unpack_from(part)[0]:
+            return [_decode(memoryview(part)[4:])]  # (the common case, where it lies)
+        buf += part
+        messages = []
+        while len(buf) >= 4:
+            end = 4 + _LEN.unpack_from(buf)[0]
+            if end > _MAX_MESSAGE:
+                raise ConnectionError("a message larger than litegate sends")
+            if len(buf) < end:
+                break
+            messages.append(_decode(bytes(buf[4:end])))
+            del buf[:end]
+        return messages
 
 
 def _receive_timeout(sock: socket.socket, seconds: float | None) -> None:
@@ -679,14 +703,17 @@ class Combiner:
     def _poll(self, timeout: float) -> None:
         """Accept clients and read what they sent (batches join the line,
         withdrawals are answered)."""
-        for key, _ in self._selector.select(timeout):
+        for key, events in self._selector.select(timeout):
             if key.fileobj is self._listener:
                 self._accept()
             elif key.fileobj == self._wake_r:
                 with contextlib.suppress(OSError):
                     os.read(self._wake_r, 4096)
             else:
-                self._read(key.data)
+                if events & selectors.EVENT_WRITE:
+                    self._flush(key.data)
+                if events & selectors.EVENT_READ:
+                    self._read(key.data)
 
     def _turn(self) -> None:
         """One transaction for what waits (the first batches of the line, up
@@ -777,24 +804,61 @@ class Combiner:
             if not _trusted(sock):
                 sock.close()  # (that client settles at home, through the gate)
                 return
-            sock.setblocking(True)
+            # (non-blocking: the combiner's thread never waits for one client,
+            # neither for the rest of its message nor to hand it an answer)
+            sock.setblocking(False)
             self._selector.register(sock, selectors.EVENT_READ, _Reader(sock))
 
     def _read(self, reader: _Reader) -> None:
-        """What a client sent: every whole message there is. A client that
-        sends what litegate does not send is dropped (it settles at home)."""
-        while True:
-            try:
-                message = reader.next()
-                if not self._take(reader.sock, message):
+        """What a client sent: the whole messages one receive completes (a
+        message's rest, still on its way, waits for the next poll). A client
+        that sends what litegate does not send is dropped (it settles at
+        home)."""
+        try:
+            for message in reader.arrived():
+                if not self._take(reader, message):
                     raise ConnectionError("a message litegate does not send")
-            except (OSError, ConnectionError):
-                self._drop(reader.sock)
-                return
-            if not reader.pending():
-                return
+        except (OSError, ConnectionError):
+            self._drop(reader.sock)
 
-    def _take(self, sock: socket.socket, message: Any) -> bool:
+    def _answer(self, reader: _Reader, seq: int, kind: str, payload: Any) -> None:
+        """A batch's answer to its client (:func:`_answer_frame`): sent now
+        as far as the socket takes it, the rest when it can take more (a
+        client that does not read, stopped or slow, holds up nobody else)."""
+        frame = _answer_frame(seq, kind, payload)
+        sock = reader.sock
+        if reader.out:  # (earlier bytes still wait: in order, after them)
+            reader.out += frame
+            return
+        try:
+            if _CRASH == "answering":
+                sock.send(frame[: len(frame) // 2])
+                _crash_point("answering")
+            sent = sock.send(frame)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return  # (the client went away: it settles at home)
+        if sent < len(frame):
+            reader.out += frame[sent:]
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, reader)
+
+    def _flush(self, reader: _Reader) -> None:
+        """More of the answers a client's socket did not take at once."""
+        try:
+            sent = reader.sock.send(reader.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(reader.sock)
+            return
+        del reader.out[:sent]
+        if not reader.out:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.modify(reader.sock, selectors.EVENT_READ, reader)
+
+    def _take(self, reader: _Reader, message: Any) -> bool:
         """A request joins the line, or a cancel takes one out of it; False
         for anything else."""
         if type(message) is not tuple or not message:
@@ -808,8 +872,8 @@ class Combiner:
             if _CRASH:
                 _crash_point("received")
             self._remote_ns = time.monotonic_ns()
-            w = Work(client, seq, statements, partial(_reply, sock, seq),
-                     partial(self._waits, sock), sync)  # fmt: skip
+            w = Work(client, seq, statements, partial(self._answer, reader, seq),
+                     partial(self._waits, reader.sock), sync)  # fmt: skip
             with self._lock:
                 self._queue.append(w)
             return True
@@ -820,7 +884,7 @@ class Combiner:
                 if w2 is not None:
                     self._queue.remove(w2)
             if w2 is not None:
-                _reply(sock, seq, "cancelled", None)
+                self._answer(reader, seq, "cancelled", None)
             return True
         return False
 
@@ -836,7 +900,11 @@ class Combiner:
         if sock.fileno() < 0:
             return False  # dropped here (it sent what could not be read)
         if self._ready is None:
-            self._ready = {key.fileobj for key, _ in self._selector.select(0)}
+            self._ready = {
+                key.fileobj
+                for key, events in self._selector.select(0)
+                if events & selectors.EVENT_READ
+            }
         return sock not in self._ready or _open(sock)
 
     def _drop(self, sock: socket.socket) -> None:
@@ -906,9 +974,9 @@ def _statements_ok(statements: Any) -> bool:
     return True
 
 
-def _reply(sock: socket.socket, seq: int, kind: str, payload: Any) -> None:
-    """Answer a client, on the combiner's thread: its outcomes, a batch-wide
-    error, or its withdrawal."""
+def _answer_frame(seq: int, kind: str, payload: Any) -> bytes:
+    """An answer to a client, framed: its outcomes, a batch-wide error, or
+    its withdrawal."""
     message: tuple[Any, ...]
     if kind == "done":
         if _CRASH:
@@ -919,16 +987,9 @@ def _reply(sock: socket.socket, seq: int, kind: str, payload: Any) -> None:
     else:
         message = ("cancelled", seq)
     try:
-        frame = _frame(message)
+        return _frame(message)
     except Unsendable as exc:  # (a result row with a value marshal does not write)
-        frame = _frame(("failed", seq, encode_error(exc)))
-    try:
-        if _CRASH == "answering":
-            sock.sendall(frame[: len(frame) // 2])
-            _crash_point("answering")
-        sock.sendall(frame)
-    except OSError:
-        pass  # (the client went away: it settles at home)
+        return _frame(("failed", seq, encode_error(exc)))
 
 
 # -- a client's side -------------------------------------------------------------------

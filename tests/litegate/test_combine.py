@@ -587,6 +587,81 @@ def test_a_batch_whose_client_went_away_before_its_turn_does_not_run(path: str) 
     assert [v for _, v in rows(path)] == ["combiner", "first", "stays", "after"]
 
 
+def _answered_meanwhile(db: litegate.Database, value: str) -> bool:
+    """Another client's write, on a thread, is answered by the combiner
+    (its shipped batches count one more) within 20 s; False if it still
+    waits then (the combiner is held up)."""
+    shipped = db.stats()["writes"]["combined"]["shipped_batches"]
+    write = threading.Thread(
+        target=db.execute, args=("INSERT INTO t(v) VALUES (?)", (value,)), daemon=True
+    )
+    write.start()
+    write.join(20)
+    return (
+        not write.is_alive() and db.stats()["writes"]["combined"]["shipped_batches"] == shipped + 1
+    )
+
+
+def _whole_answer(sock: socket.socket) -> Any:
+    sock.settimeout(30)
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from("!I", data)[0]:
+        part = sock.recv(1 << 20)
+        assert part, "the combiner closed the connection"
+        data += part
+    return _combine._decode(data[4:])
+
+
+def test_a_client_that_stops_half_way_through_a_message_holds_up_nobody(path: str) -> None:
+    """A client sends half of a large request and stops there (stopped,
+    slow, or stuck): the combiner goes on serving everyone else (before
+    2026-11-29 its thread waited for the rest, and every process's combined
+    writes with it, past their timeouts); the rest, when it comes, makes a
+    whole request, which runs."""
+    big = "x" * 1_000_000
+    request = _combine._frame(("run", 7, 1, [("INSERT INTO t(v) VALUES (?)", (big,), False)], 1))
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        nonce = db._process_state().filegate.combiner_nonce()
+        assert nonce is not None
+        stuck = raw_client(nonce, request[: len(request) // 2])
+        assert _answered_meanwhile(db, "meanwhile")
+        stuck.sendall(request[len(request) // 2 :])
+        kind, seq, outcomes, _ = _whole_answer(stuck)
+        assert (kind, seq, outcomes[0][:2]) == ("done", 1, ("ok", 1))
+        stuck.close()
+        db.close()
+    assert [v[:10] for _, v in rows(path)] == ["combiner", "first", "meanwhile", "x" * 10]
+
+
+def test_a_client_that_does_not_read_its_answer_holds_up_nobody(path: str) -> None:
+    """A client's answer is larger than its socket takes (4 MB of RETURNING)
+    and the client does not read it: the combiner sends what the socket
+    takes and the rest as the client reads, serving everyone else
+    meanwhile (before 2026-11-29 its thread waited in the send); the
+    client then reads its whole answer."""
+    big = "y" * 4_000_000
+    insert = ("INSERT INTO t(v) VALUES (?) RETURNING v", (big,), False)
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        nonce = db._process_state().filegate.combiner_nonce()
+        assert nonce is not None
+        slow = raw_client(nonce, ("run", 7, 1, [insert], 1))
+        with closing(sqlite3.connect(path, timeout=30)) as reader:
+            for _ in range(600):  # (committed, its answer begun)
+                if reader.execute("SELECT count(*) FROM t WHERE v = ?", (big,)).fetchone()[0]:
+                    break
+                threading.Event().wait(0.05)
+        assert _answered_meanwhile(db, "meanwhile")
+        kind, seq, outcomes, _ = _whole_answer(slow)
+        assert (kind, seq, outcomes[0][0], outcomes[0][3]) == ("done", 1, "ok", [(big,)])
+        slow.close()
+        db.close()
+    assert [v[:10] for _, v in rows(path)] == ["combiner", "first", "y" * 10, "meanwhile"]
+
+
 def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
