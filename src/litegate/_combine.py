@@ -81,6 +81,8 @@ class Role(Protocol):
 
     def combiner_nonce(self) -> int | None: ...
 
+    def combiner_pid(self) -> int | None: ...
+
     def combiner_quiet_ns(self) -> int: ...
 
     def try_combine(self) -> bool: ...
@@ -146,6 +148,18 @@ WITHDRAWN = (
     "A turn waits for the write gate, so a long transaction of some process holds it up "
     "(litegate top shows who); raise timeout= or make write transactions shorter"
 )
+UNANSWERED = (
+    "the write waited past its timeout and the combiner (pid {pid}) did not answer, not even "
+    "to withdraw it: it never ran (its record says so). Is that process stopped (SIGSTOP, a "
+    "debugger)? This process writes at home, through the gate, for the next {away:.0f} s"
+)
+# How long a client whose write timed out waits for the combiner to answer
+# its withdrawal before it settles the write at home (CANCEL_WAIT), and how
+# long its writes then run at home, without shipping (AWAY_S): a combiner
+# that does not answer (its process stopped) must not hold every client's
+# write past its timeout.
+CANCEL_WAIT = 0.5
+AWAY_S = 10.0
 
 
 def _crash_point(step: str) -> None:
@@ -347,11 +361,12 @@ def apply(
     seq: int,
     statements: list[Statement],
     refusal: Callable[[str], Exception | None],
-) -> list[Outcome]:
+    run: bool = True,
+) -> list[Outcome] | None:
     """One batch, once: for a client settling at home what it shipped to a
     combiner that went away. If the record holds ``(client, seq)``, the
     batch committed there: its recorded outcomes, nothing run again; else
-    it runs now, and is recorded."""
+    it runs now, and is recorded (``run=False``: None, nothing run)."""
     try:
         row = conn.execute(_RECORD_SEEN, (client,)).fetchone()
     except sqlite3.OperationalError as exc:
@@ -361,6 +376,8 @@ def apply(
     if row is not None and row[0] == seq:
         recorded: list[Outcome] = _loads(row[1])
         return recorded
+    if not run:
+        return None
     w = Work(client, seq, statements, _no_answer)
     try:
         apply_all(conn, [w], refusal)
@@ -999,6 +1016,13 @@ class Unsure(Exception):
     """The batch was sent and no answer came: the combiner went away."""
 
 
+class Unanswered(Unsure):
+    """The batch's deadline passed and the combiner did not answer its
+    withdrawal within ``CANCEL_WAIT`` (its process stopped?): the
+    connection is closed, so the combiner will not run it now (it looks at
+    its clients' sockets with the gate held)."""
+
+
 class Shipper:
     """One client of the combiner: ships batches of plain statements as
     ``(client, seq)`` requests, one at a time (its group commit has one
@@ -1053,12 +1077,18 @@ class Shipper:
         except OSError as exc:
             self.close()
             raise Unsure(seq) from exc
-        cancelled = False
+        cancelled = 0.0  # (when the withdrawal was asked for)
         while True:
             try:
-                left = None if deadline is None or cancelled else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise BlockingIOError  # (already late: withdraw it)
+                if cancelled:
+                    left: float | None = cancelled + CANCEL_WAIT - time.monotonic()
+                    if left is not None and left <= 0:
+                        self.close()
+                        raise Unanswered(seq)
+                else:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise BlockingIOError  # (already late: withdraw it)
                 # The kernel times the wait: a standing LOOK seconds (set once),
                 # or what is left of the deadline when that is shorter.
                 wait = self.LOOK if left is None or left > self.LOOK else left
@@ -1067,9 +1097,9 @@ class Shipper:
                     self._wait = wait
                 answer = reader.next()
             except BlockingIOError:  # the receive timed out
-                if not cancelled and (deadline is None or time.monotonic() < deadline):
-                    continue  # a standing look ran out, not the deadline
-                cancelled = True
+                if cancelled or deadline is None or time.monotonic() < deadline:
+                    continue  # a standing look ran out, or the withdrawal's wait (above)
+                cancelled = time.monotonic()
                 try:
                     _send(sock, ("cancel", self.client, seq))
                 except OSError as exc:
@@ -1109,6 +1139,8 @@ class Ship:
     def __init__(self, gate: Role, sync: int = 0) -> None:
         self.gate = gate
         self.shipper = Shipper(sync)
+        self.away_until = 0.0  # (monotonic) writes run at home until then (Unanswered)
+        self.unanswered = 0  # withdrawals the combiner did not answer (Unanswered)
 
     def __call__(
         self,
@@ -1180,6 +1212,26 @@ class Ship:
               ) -> list[Outcome]:  # fmt: skip
         try:
             return self.shipper.ship(statements, deadline)
+        except Unanswered as unanswered:
+            # Its withdrawal went unanswered: the record, read at home with
+            # the gate held, says whether it ran; if not, it never will.
+            self.unanswered += 1
+            self.away_until = time.monotonic() + AWAY_S
+            look = partial(
+                apply,
+                client=self.shipper.client,
+                seq=unanswered.args[0],
+                statements=statements,
+                refusal=refusal,
+                run=False,
+            )
+            recorded: list[Outcome] | None = in_turn(look, None)
+            if recorded is None:
+                raise WriteTimeout(
+                    UNANSWERED.format(pid=self.gate.combiner_pid(), away=AWAY_S)
+                ) from None
+            self.shipper.at_home += 1
+            return recorded
         except Unsure as unsure:
             # The combiner went away after the batch was sent: settle it here,
             # once (the record says whether it committed there).
@@ -1222,6 +1274,8 @@ class Ship:
         combiner = self.gate.combiner
         if combiner is not None:
             return combiner.idle()
+        if self.away_until and time.monotonic() < self.away_until:
+            return True  # (the combiner did not answer lately: see Unanswered)
         if ALWAYS_SHIP:
             return False
         quiet = self.gate.combiner_quiet_ns()

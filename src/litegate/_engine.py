@@ -806,6 +806,7 @@ class Engine:
                     **state.filegate.combining_stats(),
                     "shipped_batches": state.ship.shipper.shipped,
                     "settled_at_home": state.ship.shipper.at_home,
+                    "unanswered": state.ship.unanswered,
                 },
             },
             "checkpoints": None if state.checkpointer is None else state.checkpointer.stats(),

@@ -452,6 +452,10 @@ class FileGate:
         nonce = self.plock.word(H_COMBINER_NONCE)
         return nonce or None
 
+    def combiner_pid(self) -> int | None:
+        """The combining process's pid, as it published it (None: nobody)."""
+        return self.plock.word(H_COMBINER_PID) or None
+
     def combiner_quiet_ns(self) -> int:
         """How long the combiner (of any process) has had no batch in line
         and no turn running, in ns (0 while it has; its own thread says so

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import re
 import signal
 import socket
 import sqlite3
@@ -660,6 +661,52 @@ def test_a_client_that_does_not_read_its_answer_holds_up_nobody(path: str) -> No
         slow.close()
         db.close()
     assert [v[:10] for _, v in rows(path)] == ["combiner", "first", "y" * 10, "meanwhile"]
+
+
+def test_a_stopped_combiner_holds_no_write_past_its_timeout(path: str) -> None:
+    """The combiner's process is stopped (SIGSTOP) while it holds no gate: a
+    client's write times out as it would at the gate, with WriteTimeout,
+    and never runs, not even once the combiner goes on (before 2026-11-29
+    it waited for the combiner to answer its withdrawal, for as long as the
+    process stayed stopped); the client's next writes run at home
+    meanwhile."""
+    import time
+
+    with combiner(path) as handle:
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('first')")
+        shipped = db.stats()["writes"]["combined"]["shipped_batches"]
+        assert shipped == 1
+        # (past the combiner's keeping of the idle gate after its turn, which
+        # a stopped process would go on keeping: that gate is the process's
+        # own, stopped or not, as with any holder)
+        time.sleep(0.2)
+        os.kill(handle["proc"].pid, signal.SIGSTOP)
+        try:
+            failed: list[BaseException] = []
+
+            def late() -> None:
+                try:
+                    db.execute("INSERT INTO t(v) VALUES ('late')", timeout=0.5)
+                except BaseException as exc:
+                    failed.append(exc)
+
+            write = threading.Thread(target=late, daemon=True)
+            t0 = time.monotonic()
+            write.start()
+            write.join(10)
+            assert not write.is_alive(), "the write waits past its timeout"
+            assert time.monotonic() - t0 < 0.5 + _combine.CANCEL_WAIT + 3
+            (error,) = failed
+            assert isinstance(error, litegate.WriteTimeout)
+            assert re.search(r"did not answer.*it never ran", str(error))
+            db.execute("INSERT INTO t(v) VALUES ('at home')", timeout=5)
+            combined = db.stats()["writes"]["combined"]
+            assert (combined["shipped_batches"], combined["unanswered"]) == (shipped, 1)
+        finally:
+            os.kill(handle["proc"].pid, signal.SIGCONT)
+        db.close()
+    assert [v for _, v in rows(path)] == ["combiner", "first", "at home"]
 
 
 def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
