@@ -153,6 +153,11 @@ UNANSWERED = (
     "to withdraw it: it never ran (its record says so). Is that process stopped (SIGSTOP, a "
     "debugger)? This process writes at home, through the gate, for the next {away:.0f} s"
 )
+UNSENT = (
+    "the write waited past its timeout to be handed to the combiner (pid {pid}), which did not "
+    "read it: it never ran. Is that process stopped (SIGSTOP, a debugger)? This process writes "
+    "at home, through the gate, for the next {away:.0f} s"
+)
 # How long a client whose write timed out waits for the combiner to answer
 # its withdrawal before it settles the write at home (CANCEL_WAIT), and how
 # long its writes then run at home, without shipping (AWAY_S): a combiner
@@ -555,12 +560,27 @@ def _receive_timeout(sock: socket.socket, seconds: float | None) -> None:
     """Make the (blocking) socket's next receives give up after ``seconds``
     (None: never): the kernel times the wait, so a receive is one system
     call, not a poll and a receive."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+
+
+def _send_timeout(sock: socket.socket, seconds: float | None) -> None:
+    """The same for its sends (a send that runs out raises BlockingIOError)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(seconds))
+
+
+def _timeval(seconds: float | None) -> bytes:
     if seconds is None:
         sec, usec = 0, 0
     else:
         seconds = max(seconds, 1e-6)
         sec, usec = int(seconds), int((seconds % 1) * 1e6) or (0 if seconds >= 1 else 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", sec, usec))
+    return struct.pack("ll", sec, usec)
+
+
+# A request up to this size goes into the socket at once (a Unix socket's
+# send buffer takes ~208 KiB, and a client has one request in flight, and at
+# most a withdrawal after it), so only a larger one is sent with a timeout.
+_SOCKET_TAKES = 64 * 1024
 
 
 def address(nonce: int) -> str:
@@ -1016,6 +1036,12 @@ class Unsure(Exception):
     """The batch was sent and no answer came: the combiner went away."""
 
 
+class Unsent(Exception):
+    """The batch's deadline passed while its request was still being sent
+    (the combiner did not read it: its process stopped?). The connection is
+    closed: the combiner drops the part it got, and nothing of it runs."""
+
+
 class Unanswered(Unsure):
     """The batch's deadline passed and the combiner did not answer its
     withdrawal within ``CANCEL_WAIT`` (its process stopped?): the
@@ -1072,8 +1098,23 @@ class Shipper:
         assert reader is not None
         self.seq += 1
         seq = self.seq
+        frame = _frame(("run", self.client, seq, statements, self.sync))
         try:
-            _send(sock, ("run", self.client, seq, statements, self.sync))
+            if len(frame) > _SOCKET_TAKES and deadline is not None:
+                # A request larger than the socket takes at once waits for
+                # the combiner to read it: not past the deadline (a stopped
+                # combiner reads nothing).
+                _send_timeout(sock, max(deadline - time.monotonic(), 1e-6))
+                try:
+                    sock.sendall(frame)
+                finally:
+                    with contextlib.suppress(OSError):
+                        _send_timeout(sock, None)
+            else:
+                sock.sendall(frame)
+        except BlockingIOError as exc:  # (the send timed out: part of it went)
+            self.close()
+            raise Unsent(seq) from exc
         except OSError as exc:
             self.close()
             raise Unsure(seq) from exc
@@ -1212,6 +1253,10 @@ class Ship:
               ) -> list[Outcome]:  # fmt: skip
         try:
             return self.shipper.ship(statements, deadline)
+        except Unsent:
+            self.unanswered += 1
+            self.away_until = time.monotonic() + AWAY_S
+            raise WriteTimeout(UNSENT.format(pid=self.gate.combiner_pid(), away=AWAY_S)) from None
         except Unanswered as unanswered:
             # Its withdrawal went unanswered: the record, read at home with
             # the gate held, says whether it ran; if not, it never will.

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -663,11 +664,33 @@ def test_a_client_that_does_not_read_its_answer_holds_up_nobody(path: str) -> No
     assert [v[:10] for _, v in rows(path)] == ["combiner", "first", "y" * 10, "meanwhile"]
 
 
-def test_a_stopped_combiner_holds_no_write_past_its_timeout(path: str) -> None:
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of ``pid`` is stopped: a process's stop begins when
+    one of its threads takes the signal, and its other threads run on until
+    then (a busy machine may take milliseconds to schedule that thread)."""
+    import time
+
+    tasks = Path(f"/proc/{pid}/task")
+    for _ in range(500):
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        if all(state in "tT" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop: {states}")
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [(10, r"did not answer.*it never ran"), (1_000_000, r"which did not read it: it never ran")],
+)
+def test_a_stopped_combiner_holds_no_write_past_its_timeout(
+    path: str, size: int, message: str
+) -> None:
     """The combiner's process is stopped (SIGSTOP) while it holds no gate: a
     client's write times out as it would at the gate, with WriteTimeout,
     and never runs, not even once the combiner goes on (before 2026-11-29
-    it waited for the combiner to answer its withdrawal, for as long as the
+    it waited for the combiner to answer its withdrawal, or to read the
+    rest of a request larger than the socket takes, for as long as the
     process stayed stopped); the client's next writes run at home
     meanwhile."""
     import time
@@ -681,13 +704,15 @@ def test_a_stopped_combiner_holds_no_write_past_its_timeout(path: str) -> None:
         # a stopped process would go on keeping: that gate is the process's
         # own, stopped or not, as with any holder)
         time.sleep(0.2)
-        os.kill(handle["proc"].pid, signal.SIGSTOP)
+        pid = handle["proc"].pid
+        os.kill(pid, signal.SIGSTOP)
         try:
+            _wait_stopped(pid)
             failed: list[BaseException] = []
 
             def late() -> None:
                 try:
-                    db.execute("INSERT INTO t(v) VALUES ('late')", timeout=0.5)
+                    db.execute("INSERT INTO t(v) VALUES (?)", ("late" * size,), timeout=0.5)
                 except BaseException as exc:
                     failed.append(exc)
 
@@ -699,7 +724,7 @@ def test_a_stopped_combiner_holds_no_write_past_its_timeout(path: str) -> None:
             assert time.monotonic() - t0 < 0.5 + _combine.CANCEL_WAIT + 3
             (error,) = failed
             assert isinstance(error, litegate.WriteTimeout)
-            assert re.search(r"did not answer.*it never ran", str(error))
+            assert re.search(message, str(error))
             db.execute("INSERT INTO t(v) VALUES ('at home')", timeout=5)
             combined = db.stats()["writes"]["combined"]
             assert (combined["shipped_batches"], combined["unanswered"]) == (shipped, 1)
