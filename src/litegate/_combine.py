@@ -1270,7 +1270,10 @@ class Ship:
                 refusal=refusal,
                 run=False,
             )
-            recorded: list[Outcome] | None = in_turn(look, None)
+            # (however long the gate takes: a combiner stopped in the middle of
+            # its turn holds it and may yet commit this batch, and a timeout
+            # here could not say whether it ran)
+            recorded: list[Outcome] | None = in_turn(look, math.inf)
             if recorded is None:
                 raise WriteTimeout(
                     UNANSWERED.format(pid=self.gate.combiner_pid(), away=AWAY_S)
@@ -1288,7 +1291,7 @@ class Ship:
                 statements=statements,
                 refusal=refusal,
             )
-            outcomes: list[Outcome] = in_turn(settle, None)
+            outcomes: list[Outcome] = in_turn(settle, math.inf)  # (as above)
             self.shipper.at_home += 1
             return outcomes
 
