@@ -53,6 +53,7 @@ import math
 import os
 import pickle
 import secrets
+import select
 import selectors
 import signal
 import socket
@@ -985,13 +986,23 @@ def _trusted(sock: socket.socket) -> bool:
 
 def _open(sock: socket.socket) -> bool:
     """Is the client at the other end still there (not closed, not dead)?
-    A look that takes nothing (what it sent is read later)."""
+    A look that takes nothing (what it sent is read later). Asked of the
+    kernel (POLLRDHUP: the other end has shut down), not by peeking at a
+    byte: a client that gave up on an unanswered withdrawal closes with that
+    withdrawal still unread, and a peek would read its byte as a client
+    still there (a batch then ran whose client had been told it never
+    would)."""
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-    except BlockingIOError:
-        return True  # nothing to read, and still open
+        fd = sock.fileno()
+        if fd < 0:
+            return False
+        look = select.poll()
+        look.register(fd, select.POLLIN | select.POLLRDHUP)
+        events = look.poll(0)
     except OSError:
         return False
+    gone = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
+    return not any(ev & gone for _fd, ev in events)
 
 
 def _statements_ok(statements: Any) -> bool:

@@ -734,6 +734,104 @@ def test_a_stopped_combiner_holds_no_write_past_its_timeout(
     assert [v for _, v in rows(path)] == ["combiner", "first", "at home"]
 
 
+def test_a_client_that_closed_with_bytes_unread_is_gone() -> None:
+    """A client that gave up on an unanswered withdrawal closes with that
+    withdrawal unread at the combiner: its socket still has bytes to read,
+    and it is gone all the same (a peek at a byte, before 2026-11-29, took
+    it for a client still waiting, and its batch ran after it had been
+    told it never would)."""
+    here, there = socket.socketpair()
+    with here:
+        assert _combine._open(here)
+        there.sendall(_combine._frame(("cancel", 7, 1)))
+        assert _combine._open(here)  # (still there, with something to read)
+        there.close()
+        assert not _combine._open(here)
+
+
+def _stopping_client(path: str, k: int, seconds: float, out: Any) -> None:
+    """Writes rows ``k * 10**6 + n`` for ``seconds``, shipping each (the
+    environment says so), with short timeouts or none, some of them larger
+    than a socket takes at once; reports which returned and which timed out."""
+    import random
+    import time
+
+    rnd = random.Random(k)
+    _combine.AWAY_S = 0.2  # (back to shipping soon after each stop: many stops met)
+    db = litegate.connect(path, combine=True, timeout=30)
+    acked, timed_out, n = [], [], 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        n += 1
+        row = k * 10**6 + n
+        v = "x" * (100_000 if rnd.random() < 0.1 else 10)
+        try:
+            db.execute(
+                "INSERT INTO u(row, v) VALUES (?, ?)",
+                (row, v),
+                timeout=rnd.choice([0.05, 0.2, None]),
+            )
+        except litegate.WriteTimeout:
+            timed_out.append(row)
+            continue
+        except Exception as exc:  # (a finding: reported, not a hang)
+            out.put(repr(exc))
+            return
+        acked.append(row)
+    out.put((acked, timed_out, db.stats()["writes"]["combined"]["unanswered"]))
+    db.close()
+
+
+def test_a_combiner_stopped_again_and_again_answers_each_write_once_or_never(path: str) -> None:
+    """Three clients ship writes with short timeouts while the combiner's
+    process is stopped and continued, again and again, for 0.05-1.2 s at
+    any step: every write that returned is there once, every write that
+    timed out is not there at all (WriteTimeout: it never ran), and clients
+    did take the way a stopped combiner sends them (no answer to their
+    withdrawal: the record read at home)."""
+    import random
+    import time
+
+    rnd = random.Random(1129)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE u(row INTEGER, v TEXT)")  # (no key: twice would show)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with combiner(path) as handle:
+        pid = handle["proc"].pid
+        clients = [
+            ctx.Process(target=_stopping_client, args=(path, k, 6.0, out)) for k in (1, 2, 3)
+        ]
+        for c in clients:
+            c.start()
+        time.sleep(1.0)
+        end = time.monotonic() + 5.0
+        stops = [0.9, *(rnd.uniform(0.05, 1.2) for _ in range(30))]
+        for pause in stops:
+            if time.monotonic() >= end:
+                break
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(pause)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(rnd.uniform(0.05, 0.3))
+        got = [out.get(timeout=120) for _ in clients]
+        for c in clients:
+            c.join(60)
+    assert all(isinstance(g, tuple) for g in got), got
+    acked = [row for a, _, _ in got for row in a]
+    timed_out = [row for _, t, _ in got for row in t]
+    with closing(sqlite3.connect(path)) as conn:
+        ids = [i for (i,) in conn.execute("SELECT row FROM u")]
+    assert len(ids) == len(set(ids)), "a write ran twice"
+    assert set(acked) <= set(ids), "an acknowledged write is missing"
+    assert not set(timed_out) & set(ids), "a write that timed out ran"
+    assert set(ids) == set(acked)
+    assert sum(u for _, _, u in got) >= 2  # (the stopped combiner's way was taken)
+    assert len(acked) > 100
+
+
 def test_a_client_that_goes_away_while_the_turn_waits_for_the_gate_is_skipped(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
