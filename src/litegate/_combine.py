@@ -150,9 +150,9 @@ WITHDRAWN = (
     "(litegate top shows who); raise timeout= or make write transactions shorter"
 )
 UNANSWERED = (
-    "the write waited past its timeout and the combiner (pid {pid}) did not answer, not even "
-    "to withdraw it: it never ran (its record says so). Is that process stopped (SIGSTOP, a "
-    "debugger)? This process writes at home, through the gate, for the next {away:.0f} s"
+    "the write waited past its timeout and the combiner (pid {pid}) did not answer: it never "
+    "ran (its record says so). Is that process stopped (SIGSTOP, a debugger)? This process "
+    "writes at home, through the gate, for the next {away:.0f} s (or until it goes on)"
 )
 UNSENT = (
     "the write waited past its timeout to be handed to the combiner (pid {pid}), which did not "
@@ -975,13 +975,32 @@ class Combiner:
 def _trusted(sock: socket.socket) -> bool:
     """Serve only processes of this user (or root): an abstract socket has no
     file permissions, and a batch runs with this process's rights."""
+    peer = _peer(sock)
+    return peer is not None and peer[1] in (os.getuid(), 0)
+
+
+def _peer(sock: socket.socket) -> tuple[int, int] | None:
+    """The pid and uid of the process at the other end (None: not known)."""
     try:
-        _pid, uid, _gid = struct.unpack(
+        pid, uid, _gid = struct.unpack(
             "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         )
     except OSError:
+        return None
+    return pid, uid
+
+
+def stopped(pid: int | None) -> bool:
+    """Is process ``pid`` stopped (SIGSTOP, Ctrl-Z) or held by a debugger?
+    Its state in ``/proc`` (False when it cannot be read)."""
+    if not pid:
         return False
-    return uid in (os.getuid(), 0)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split(None, 1)[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
 
 
 def _open(sock: socket.socket) -> bool:
@@ -1053,6 +1072,12 @@ class Unsent(Exception):
     closed: the combiner drops the part it got, and nothing of it runs."""
 
 
+class Stopped(Unsure):
+    """No answer within a standing look (``Shipper.LOOK``), and the
+    combiner's process is stopped: the connection is closed (the combiner
+    will not run the batch) and the batch is settled at home."""
+
+
 class Unanswered(Unsure):
     """The batch's deadline passed and the combiner did not answer its
     withdrawal within ``CANCEL_WAIT`` (its process stopped?): the
@@ -1066,7 +1091,9 @@ class Shipper:
     leader at a time). ``sync``: its process's PRAGMA synchronous, sent with
     each batch (the turn commits at least that durably)."""
 
-    LOOK = 0.5  # the standing receive timeout: how often a long wait looks at its deadline
+    # The standing receive timeout: how often a long wait looks at its
+    # deadline, and at whether the combiner's process is stopped.
+    LOOK = 0.5
 
     def __init__(self, sync: int = 0) -> None:
         self.sync = sync
@@ -1076,6 +1103,7 @@ class Shipper:
         self._reader: _Reader | None = None
         self._wait = -1.0  # the socket's receive timeout, as last set
         self._nonce = 0
+        self.pid = 0  # the combiner's process, as its socket says
         self.shipped = 0  # batches the combiner answered
         self.alone = 0  # the last ones, in a row, had a turn to themselves
         self.at_home = 0  # batches resolved at home after the combiner went away
@@ -1095,6 +1123,7 @@ class Shipper:
         if not _trusted(sock):  # (an abstract name any user can bind: serve only ours)
             sock.close()
             return False
+        self.pid = (_peer(sock) or (0, 0))[0]
         self._sock, self._reader, self._nonce = sock, _Reader(sock), nonce
         self._wait = -1.0
         return True
@@ -1149,7 +1178,14 @@ class Shipper:
                     self._wait = wait
                 answer = reader.next()
             except BlockingIOError:  # the receive timed out
-                if cancelled or deadline is None or time.monotonic() < deadline:
+                late = deadline is not None and time.monotonic() >= deadline
+                if not cancelled and stopped(self.pid):
+                    # Its process is stopped: the batch is settled at home
+                    # (the record says whether it ran; closed, it will not),
+                    # run there if there is time left, else withdrawn.
+                    self.close()
+                    raise (Unanswered(seq) if late else Stopped(seq)) from None
+                if cancelled or not late:
                     continue  # a standing look ran out, or the withdrawal's wait (above)
                 cancelled = time.monotonic()
                 try:
@@ -1292,8 +1328,11 @@ class Ship:
             self.shipper.at_home += 1
             return recorded
         except Unsure as unsure:
-            # The combiner went away after the batch was sent: settle it here,
-            # once (the record says whether it committed there).
+            # The combiner went away (or is stopped) after the batch was sent:
+            # settle it here, once (the record says whether it committed there).
+            if isinstance(unsure, Stopped):
+                self.unanswered += 1
+                self.away_until = time.monotonic() + AWAY_S
             self.gate.try_combine()
             settle = partial(
                 apply,
@@ -1333,8 +1372,14 @@ class Ship:
         combiner = self.gate.combiner
         if combiner is not None:
             return combiner.idle()
-        if self.away_until and time.monotonic() < self.away_until:
-            return True  # (the combiner did not answer lately: see Unanswered)
+        if self.away_until:  # (the combiner did not answer lately: see Unanswered)
+            now = time.monotonic()
+            if now < self.away_until:
+                return True
+            if stopped(self.shipper.pid):  # (still stopped: not yet)
+                self.away_until = now + AWAY_S
+                return True
+            self.away_until = 0.0
         if ALWAYS_SHIP:
             return False
         quiet = self.gate.combiner_quiet_ns()
