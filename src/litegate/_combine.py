@@ -90,16 +90,29 @@ class Role(Protocol):
 
 
 RECORD = "litegate_combined"
+# A row per client process: its last batch's (seq, outcomes), when, and the
+# process's pid (NULL in rows of a litegate before 2026-11-29, which had no
+# such column; added when missing).
 _RECORD_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {RECORD} (client INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
-    "outcomes BLOB NOT NULL, at REAL NOT NULL)"
+    "outcomes BLOB NOT NULL, at REAL NOT NULL, pid INTEGER)"
 )
+_RECORD_PID = f"ALTER TABLE {RECORD} ADD COLUMN pid INTEGER"
 _RECORD_SEEN = f"SELECT seq, outcomes FROM {RECORD} WHERE client = ?"
 _RECORD_PUT = (
-    f"INSERT INTO {RECORD} (client, seq, outcomes, at) VALUES (?, ?, ?, ?) "
+    f"INSERT INTO {RECORD} (client, seq, outcomes, at, pid) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (client) DO UPDATE SET seq = excluded.seq, outcomes = excluded.outcomes, "
-    "at = excluded.at"
+    "at = excluded.at, pid = excluded.pid"
 )
+# The record keeps a row only while its client may still ask for it: a
+# client asks right after its combiner went away or stopped answering, from
+# a process that is alive. So a turn (at most once every PRUNE_EVERY_S)
+# deletes the rows older than PRUNE_AFTER_S whose process is gone, and rows
+# without a pid older than PRUNE_UNKNOWN_S; without it, every client process
+# that ever shipped left its row, with its last outcomes, for good.
+PRUNE_EVERY_S = 60.0
+PRUNE_AFTER_S = 3600.0
+PRUNE_UNKNOWN_S = 86400.0
 
 # A test seam: LITEGATE_COMBINER_CRASH=<step> makes a combiner SIGKILL its
 # own process at that step of the protocol (received, mid_batch, committed,
@@ -224,12 +237,14 @@ class Work:
     the PRAGMA synchronous its process writes with (``sync``: its turn
     commits with the strongest of its batches' levels)."""
 
-    __slots__ = ("answer", "client", "outcomes", "seq", "statements", "sync", "waiting")
+    __slots__ = ("answer", "client", "outcomes", "pid", "seq", "statements", "sync", "waiting")
 
     def __init__(self, client: int, seq: int, statements: list[Statement],
                  answer: Callable[[str, Any], None],
-                 waiting: Callable[[], bool] | None = None, sync: int = 0) -> None:  # fmt: skip
+                 waiting: Callable[[], bool] | None = None, sync: int = 0,
+                 pid: int = 0) -> None:  # fmt: skip
         self.client = client
+        self.pid = pid  # the client's process (0: not known), kept in the record
         self.seq = seq
         self.statements = statements
         self.answer = answer
@@ -250,21 +265,24 @@ class _Isolate(Exception):
 
 def apply_all(conn: WriterConnection, works: Sequence[Work],
               refusal: Callable[[str], Exception | None],
-              max_time: float = math.inf) -> list[Work]:  # fmt: skip
+              max_time: float = math.inf, prune: bool = False) -> list[Work]:  # fmt: skip
     """A turn's batches, in order, in the open transaction, each once, each
     recorded under its ``(client, seq)`` in the same transaction (client 0,
     the combiner's own process, has nothing to record).
 
     Once: a batch runs here only while its client still waits for it,
-    checked with the gate held. A client gives up only when its combiner
-    went away (its socket closed), and then settles the batch at home
-    through the gate, after this turn or before it: after, it finds this
-    turn's record; before, this check sees its socket closed and the batch
-    does not run here. (:func:`apply`, at home, reads the record instead.)
+    checked with the gate held. A client gives up (closes its socket) only
+    when its combiner went away, stopped, or left a withdrawal unanswered,
+    and then settles the batch at home through the gate, after this turn or
+    before it: after, it finds this turn's record; before, this check sees
+    its socket closed and the batch does not run here. (:func:`apply`, at
+    home, reads the record instead.)
     Raises :class:`_Isolate` for a batch that must fail alone.
 
     Bounded: once the batches have run for ``max_time`` seconds, the rest
-    wait for the next turn; they are returned (not run, not recorded)."""
+    wait for the next turn; they are returned (not run, not recorded).
+    ``prune``: the record's rows no client can ask for go too
+    (:func:`prune_record`)."""
     records = []
     now = time.time()
     started = time.monotonic()
@@ -277,18 +295,53 @@ def apply_all(conn: WriterConnection, works: Sequence[Work],
             continue  # its client settles it at home (w.outcomes stays None)
         w.outcomes = _run(conn, w, refusal)
         if w.client:
-            records.append((w.client, w.seq, pickle.dumps(w.outcomes), now))
+            records.append((w.client, w.seq, pickle.dumps(w.outcomes), now, w.pid or None))
             if _CRASH:
                 _crash_point("mid_batch")
     if records:
         try:
             conn.executemany(_RECORD_PUT, records)
         except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
+            if "no such table" in str(exc):
+                conn.execute(_RECORD_SCHEMA)
+            elif "no column named pid" in str(exc):
+                conn.execute(_RECORD_PID)  # (a record an older litegate made)
+            else:
                 raise
-            conn.execute(_RECORD_SCHEMA)
             conn.executemany(_RECORD_PUT, records)
+    if prune:
+        prune_record(conn, now)
     return later
+
+
+def prune_record(conn: WriterConnection, now: float) -> int:
+    """Delete the record's rows that no client can ask for any more: older
+    than ``PRUNE_AFTER_S`` and of a process that is gone, or with no pid and
+    older than ``PRUNE_UNKNOWN_S``. Returns how many went."""
+    try:
+        old = conn.execute(
+            f"SELECT client, pid, at FROM {RECORD} WHERE at < ?", (now - PRUNE_AFTER_S,)
+        ).fetchall()
+    except sqlite3.OperationalError:  # (no record yet, or one without pids: next time)
+        return 0
+    gone = [
+        (client,)
+        for client, pid, at in old
+        if (not _alive(pid) if pid else at < now - PRUNE_UNKNOWN_S)
+    ]
+    if gone:
+        conn.executemany(f"DELETE FROM {RECORD} WHERE client = ?", gone)
+    return len(gone)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # (there, another user's)
+    return True
 
 
 def _run(conn: WriterConnection, w: Work,
@@ -384,7 +437,7 @@ def apply(
         return recorded
     if not run:
         return None
-    w = Work(client, seq, statements, _no_answer)
+    w = Work(client, seq, statements, _no_answer, pid=os.getpid())
     try:
         apply_all(conn, [w], refusal)
     except _Isolate as isolated:
@@ -489,10 +542,11 @@ class _Reader:
     """Messages from a socket, as few ``recv`` calls as it takes (one, for a
     small message already there), not one for the length and one more."""
 
-    __slots__ = ("_buf", "out", "sock")
+    __slots__ = ("_buf", "out", "pid", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, pid: int = 0) -> None:
         self.sock = sock
+        self.pid = pid  # (the combiner's side: the client's process, from SO_PEERCRED)
         self._buf = bytearray()
         # (the combiner's side: answer bytes the socket did not take yet)
         self.out = bytearray()
@@ -623,6 +677,7 @@ class Combiner:
         self._show_busy = show_busy
         self._shown = True  # (so the first look writes idle over a dead combiner's BUSY)
         self._remote_ns = 0  # when another process's batch last came (CLOCK_MONOTONIC)
+        self._pruned = -math.inf  # (monotonic) when a turn last pruned the record: its first does
         self.nonce = secrets.randbits(63) or 1
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(address(self.nonce))
@@ -818,7 +873,11 @@ class Combiner:
         wall, cpu = time.perf_counter(), time.thread_time()
         self._ready = None  # (the sockets are looked at again, the gate held)
         try:
-            return apply_all(conn, works, refusal, self.batcher.max_time)
+            now = time.monotonic()
+            prune = now >= self._pruned + PRUNE_EVERY_S
+            if prune:
+                self._pruned = now
+            return apply_all(conn, works, refusal, self.batcher.max_time, prune)
         finally:
             stalled = (time.perf_counter() - wall) - (time.thread_time() - cpu)
             self._stalled = self._stalled + 1 if stalled >= STALLED_S else 0
@@ -839,13 +898,14 @@ class Combiner:
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             sock, _ = self._listener.accept()
-            if not _trusted(sock):
+            peer = _peer(sock)
+            if peer is None or peer[1] not in (os.getuid(), 0):  # (see _trusted)
                 sock.close()  # (that client settles at home, through the gate)
                 return
             # (non-blocking: the combiner's thread never waits for one client,
             # neither for the rest of its message nor to hand it an answer)
             sock.setblocking(False)
-            self._selector.register(sock, selectors.EVENT_READ, _Reader(sock))
+            self._selector.register(sock, selectors.EVENT_READ, _Reader(sock, peer[0]))
 
     def _read(self, reader: _Reader) -> None:
         """What a client sent: the whole messages one receive completes (a
@@ -911,7 +971,7 @@ class Combiner:
                 _crash_point("received")
             self._remote_ns = time.monotonic_ns()
             w = Work(client, seq, statements, partial(self._answer, reader, seq),
-                     partial(self._waits, reader.sock), sync)  # fmt: skip
+                     partial(self._waits, reader.sock), sync, reader.pid)  # fmt: skip
             with self._lock:
                 self._queue.append(w)
             return True

@@ -758,6 +758,72 @@ def test_a_client_that_closed_with_bytes_unread_is_gone() -> None:
         assert not _combine._open(here)
 
 
+def _record(path: str) -> dict[int, tuple[int, float, int | None]]:
+    with closing(sqlite3.connect(path)) as conn:
+        got = conn.execute(f"SELECT client, seq, at, pid FROM {_combine.RECORD}").fetchall()
+    return {client: (seq, at, pid) for client, seq, at, pid in got}
+
+
+def test_the_record_keeps_a_row_only_while_its_client_may_ask_for_it(path: str) -> None:
+    """The exactly-once record has a row per client process; a combiner's
+    first turn (and one a minute after) deletes the rows older than an hour
+    whose process is gone, and those without a pid (an older litegate's)
+    older than a day. Before 2026-11-29 every process that ever shipped left
+    its row for good."""
+    import time
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(gone.stdout)
+    now = time.time()
+    hour, day = _combine.PRUNE_AFTER_S, _combine.PRUNE_UNKNOWN_S
+    fake = {
+        11: (now - hour - 60, dead),  # old, its process gone: pruned
+        12: (now - hour - 60, os.getpid()),  # old, its process alive: kept
+        13: (now - hour - 60, None),  # no pid, not a day old: kept
+        14: (now - day - 60, None),  # no pid, over a day old: pruned
+        15: (now - 60, dead),  # its process gone, but recent: kept
+    }
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(_combine._RECORD_SCHEMA)
+        put = (
+            f"INSERT INTO {_combine.RECORD} (client, seq, outcomes, at, pid) VALUES (?, 1, ?, ?, ?)"
+        )
+        conn.executemany(put, [(c, pickle.dumps([]), at, pid) for c, (at, pid) in fake.items()])
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('shipped')")  # (the combiner's first turn)
+        me = db._process_state().ship.shipper.client  # type: ignore[union-attr]
+        db.close()
+    record = _record(path)
+    assert set(record) == {12, 13, 15, me}
+    assert record[me][2] == os.getpid()  # (its row names its process)
+
+
+def test_a_record_without_pids_gets_the_column(path: str) -> None:
+    """A record an older litegate made (no pid column): the combiner adds the
+    column in the turn that first needs it; the old rows stay."""
+    import time
+
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            f"CREATE TABLE {_combine.RECORD} (client INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
+            "outcomes BLOB NOT NULL, at REAL NOT NULL)"
+        )
+        conn.execute(
+            f"INSERT INTO {_combine.RECORD} VALUES (21, 1, ?, ?)", (pickle.dumps([]), time.time())
+        )
+    with combiner(path):
+        db = litegate.connect(path, combine=True, timeout=30)
+        db.execute("INSERT INTO t(v) VALUES ('shipped')")
+        me = db._process_state().ship.shipper.client  # type: ignore[union-attr]
+        db.close()
+    record = _record(path)
+    assert record[21][2] is None
+    assert record[me][2] == os.getpid()
+    assert [v for _, v in rows(path)] == ["combiner", "shipped"]
+
+
 def _stopping_client(path: str, k: int, seconds: float, out: Any) -> None:
     """Writes rows ``k * 10**6 + n`` for ``seconds``, shipping each (the
     environment says so), with short timeouts or none, some of them larger
