@@ -1361,38 +1361,17 @@ class Ship:
         try:
             return self.shipper.ship(statements, deadline)
         except Unsent:
-            self.unanswered += 1
-            self.away_until = time.monotonic() + AWAY_S
+            self._away()
             raise WriteTimeout(UNSENT.format(pid=self.gate.combiner_pid(), away=AWAY_S)) from None
-        except Unanswered as unanswered:
-            # Its withdrawal went unanswered: the record, read at home with
-            # the gate held, says whether it ran; if not, it never will.
-            self.unanswered += 1
-            self.away_until = time.monotonic() + AWAY_S
-            look = partial(
-                apply,
-                client=self.shipper.client,
-                seq=unanswered.args[0],
-                statements=statements,
-                refusal=refusal,
-                run=False,
-            )
-            # (however long the gate takes: a combiner stopped in the middle of
-            # its turn holds it and may yet commit this batch, and a timeout
-            # here could not say whether it ran)
-            recorded: list[Outcome] | None = in_turn(look, math.inf)
-            if recorded is None:
-                raise WriteTimeout(
-                    UNANSWERED.format(pid=self.gate.combiner_pid(), away=AWAY_S)
-                ) from None
-            self.shipper.at_home += 1
-            return recorded
         except Unsure as unsure:
-            # The combiner went away (or is stopped) after the batch was sent:
-            # settle it here, once (the record says whether it committed there).
-            if isinstance(unsure, Stopped):
-                self.unanswered += 1
-                self.away_until = time.monotonic() + AWAY_S
+            # The combiner went away, stopped, or left the batch's withdrawal
+            # unanswered, after it was sent: settle it here, once (the record,
+            # read with the gate held, says whether it committed there; the
+            # connection closed, nothing of it runs there any more). Withdrawn
+            # (its deadline passed), it does not run here either.
+            withdrawn = isinstance(unsure, Unanswered)
+            if isinstance(unsure, (Stopped, Unanswered)):
+                self._away()
             self.gate.try_combine()
             settle = partial(
                 apply,
@@ -1400,10 +1379,24 @@ class Ship:
                 seq=unsure.args[0],
                 statements=statements,
                 refusal=refusal,
+                run=not withdrawn,
             )
-            outcomes: list[Outcome] = in_turn(settle, math.inf)  # (as above)
+            # (however long the gate takes: a combiner stopped in the middle of
+            # its turn holds it and may yet commit this batch, and a timeout
+            # here could not say whether it ran)
+            outcomes: list[Outcome] | None = in_turn(settle, math.inf)
+            if outcomes is None:
+                raise WriteTimeout(
+                    UNANSWERED.format(pid=self.gate.combiner_pid(), away=AWAY_S)
+                ) from None
             self.shipper.at_home += 1
             return outcomes
+
+    def _away(self) -> None:
+        """The combiner does not answer (its process stopped?): this process
+        writes at home for ``AWAY_S`` (see :meth:`here`)."""
+        self.unanswered += 1
+        self.away_until = time.monotonic() + AWAY_S
 
     def ships_one(self) -> bool:
         """Does a batch of one single-row statement ship from this client
