@@ -32,7 +32,8 @@ run_leg() {  # name, python, Django requirement
         "hypothesis>=6"
     echo "== $name: $("$venv/bin/python" -c 'import sys, django; print("Django", django.get_version(), "on Python", sys.version.split()[0])')"
     "$venv/bin/python" tests/django_suite/run.py
-    PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/litegate/django
+    # (src and the lab: the tasks tests use the lab's task functions)
+    PYTHONPATH=src:lab/src "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/litegate/django
 }
 
 status=0

@@ -326,7 +326,9 @@ def _worker(*args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "LITEGATE_DJANGO_DB": db_path(),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")]),
+        # (the lab too: the tasks are its; a venv without it installed, as
+        # make test-django-matrix's, finds it there)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src"), str(ROOT / "lab" / "src")]),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "litegate", "worker", "--django",

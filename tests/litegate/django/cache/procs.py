@@ -21,17 +21,12 @@ def configure(kind: str, location: str) -> None:
     else:
         caches = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
                               "LOCATION": "cache_table"}}  # fmt: skip
-        databases = {
-            "default": {
-                "ENGINE": "django.db.backends.sqlite3",
-                "NAME": location,
-                "OPTIONS": {
-                    "transaction_mode": "IMMEDIATE",
-                    "timeout": 5,
-                    "init_command": "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL",
-                },
-            }
-        }
+        options: dict[str, Any] = {"timeout": 5}
+        if django.VERSION >= (5, 1):  # (its tuned settings: these two came in Django 5.1)
+            options["transaction_mode"] = "IMMEDIATE"
+            options["init_command"] = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL"
+        engine = "django.db.backends.sqlite3"
+        databases = {"default": {"ENGINE": engine, "NAME": location, "OPTIONS": options}}
     settings.configure(CACHES=caches, DATABASES=databases, USE_TZ=True)
     django.setup()
     if kind == "database":
