@@ -898,14 +898,14 @@ class Combiner:
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             sock, _ = self._listener.accept()
-            peer = _peer(sock)
-            if peer is None or peer[1] not in (os.getuid(), 0):  # (see _trusted)
+            pid = _trusted(sock)
+            if pid is None:
                 sock.close()  # (that client settles at home, through the gate)
                 return
             # (non-blocking: the combiner's thread never waits for one client,
             # neither for the rest of its message nor to hand it an answer)
             sock.setblocking(False)
-            self._selector.register(sock, selectors.EVENT_READ, _Reader(sock, peer[0]))
+            self._selector.register(sock, selectors.EVENT_READ, _Reader(sock, pid))
 
     def _read(self, reader: _Reader) -> None:
         """What a client sent: the whole messages one receive completes (a
@@ -1032,22 +1032,18 @@ class Combiner:
             self._wake_w = -1
 
 
-def _trusted(sock: socket.socket) -> bool:
-    """Serve only processes of this user (or root): an abstract socket has no
-    file permissions, and a batch runs with this process's rights."""
-    peer = _peer(sock)
-    return peer is not None and peer[1] in (os.getuid(), 0)
-
-
-def _peer(sock: socket.socket) -> tuple[int, int] | None:
-    """The pid and uid of the process at the other end (None: not known)."""
+def _trusted(sock: socket.socket) -> int | None:
+    """The pid of the process at the other end (0: not visible from here) if
+    it is one of this user's (or root's), else None: serve only those, since
+    an abstract socket has no file permissions and a batch runs with this
+    process's rights."""
     try:
         pid, uid, _gid = struct.unpack(
             "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         )
     except OSError:
         return None
-    return pid, uid
+    return pid if uid in (os.getuid(), 0) else None
 
 
 def stopped(pid: int | None) -> bool:
@@ -1180,10 +1176,11 @@ class Shipper:
         except OSError:
             sock.close()
             return False
-        if not _trusted(sock):  # (an abstract name any user can bind: serve only ours)
+        pid = _trusted(sock)  # (an abstract name any user can bind: serve only ours)
+        if pid is None:
             sock.close()
             return False
-        self.pid = (_peer(sock) or (0, 0))[0]
+        self.pid = pid
         self._sock, self._reader, self._nonce = sock, _Reader(sock), nonce
         self._wait = -1.0
         return True
